@@ -1,0 +1,42 @@
+"""One error family whose messages tell the user what to do; the CLI maps each to an exit code."""
+
+from __future__ import annotations
+
+
+class BisectError(Exception):
+    """Base for every error the user can act on. The CLI prints it as one line."""
+
+    exit_code = 2
+
+
+class BadInput(BisectError):
+    """A flag, revision, path or config value is wrong (exit 2)."""
+
+    exit_code = 2
+
+
+class EndpointsDoNotReproduce(BisectError):
+    """Known-good is bad or known-bad is good: the environment, not a commit, is suspect (exit 3)."""
+
+    exit_code = 3
+
+
+class InfrastructureError(BisectError):
+    """The Docker Engine, the disk or the cache failed; nothing about the commit is known (exit 4)."""
+
+    exit_code = 4
+
+
+class LedgerError(BisectError):
+    """The ledger is locked, corrupt, foreign or belongs to other inputs (exit 2)."""
+
+    exit_code = 2
+
+
+class SourceUnavailable(BisectError):
+    """A commit (or a submodule commit it pins) is not in any local object store.
+
+    Not fatal for a bisect: the session records the commit as untestable.
+    """
+
+    exit_code = 2
