@@ -1,0 +1,134 @@
+"""Resolve and validate everything a bisect needs before anything is built.
+
+Each problem surfaces here as one clear `BisectError` (exit 2 for bad input, 4 for the engine), so a
+typo in a revision costs a second, not a wheel build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import docker
+import docker.errors
+
+from runner import __version__
+from runner.config import Settings
+from runner.devices import Passthrough, passthrough
+from runner.errors import BadInput, InfrastructureError
+from runner.execute import connect
+from runner.history import History
+from runner.ledger import SessionInputs
+from runner.sources import SourceExporter
+from runner.verdict import VerdictPatterns
+
+
+@dataclass
+class Prepared:
+    settings: Settings
+    history: History
+    lib: Path
+    script: str
+    good: str
+    bad: str
+    commits: list[str]
+    passthrough: Passthrough
+    patterns: VerdictPatterns
+    client: docker.DockerClient
+    base_image_id: str
+    workdir: Path
+    cache_root: Path
+    exporter: SourceExporter
+    inputs: SessionInputs
+    tool_version: str = __version__
+
+
+def _directory(value: Path | None, flag: str, what: str) -> Path:
+    if value is None:
+        raise BadInput(f"{flag} is required: the path of {what}")
+    path = value.expanduser().resolve()
+    if not path.is_dir():
+        raise BadInput(f"{flag} {value}: no such directory")
+    return path
+
+
+def _script(lib: Path, script: str | None) -> str:
+    if not script:
+        raise BadInput("--script is required: the example to run, relative to --lib")
+    relative = PurePosixPath(script)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise BadInput(f"--script {script}: give a path inside --lib, relative to it")
+    if not (lib / relative).is_file():
+        raise BadInput(f"--script {script}: no such file in {lib}")
+    return relative.as_posix()
+
+
+def base_image_id(client: docker.DockerClient, name: str) -> str:
+    try:
+        return client.images.get(name).id
+    except docker.errors.ImageNotFound:
+        raise BadInput(
+            f"base image {name} is not in the Docker Engine; pull or load it first "
+            "(nothing is pulled automatically, so every verdict uses a known image)"
+        ) from None
+    except docker.errors.APIError as exc:
+        raise InfrastructureError(f"the Docker Engine failed to inspect {name}: {exc}") from exc
+
+
+def prepare(settings: Settings) -> Prepared:
+    pypto_path = _directory(settings.pypto, "--pypto", "the pypto checkout")
+    history = History(pypto_path)
+    lib = _directory(settings.lib, "--lib", "the pypto-lib checkout")
+    script = _script(lib, settings.script)
+    if not settings.known_good:
+        raise BadInput(
+            "no known-good commit: pass --good REV or set known_good in bisect-precision.toml"
+        )
+    good = history.resolve(settings.known_good)
+    bad = history.resolve(settings.bad or "HEAD")
+    commits = history.first_parent_range(good, bad)
+    for flag, root in (
+        ("--ptoas-root", settings.ptoas_root),
+        ("--pto-isa-root", settings.pto_isa_root),
+    ):
+        if root is not None and not root.expanduser().is_dir():
+            raise BadInput(f"{flag} {root}: no such directory")
+    patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
+    devices = passthrough(
+        settings.device_mode, settings.platform, settings.devices, settings.device_map
+    )
+    client = connect()
+    image_id = base_image_id(client, settings.base_image)
+    workdir = settings.workdir.expanduser().resolve()
+    cache_root = settings.cache_root().resolve()
+    inputs = SessionInputs(
+        pypto_repo=str(pypto_path),
+        lib_repo=str(lib),
+        script=script,
+        good=good,
+        bad=bad,
+        platform=settings.platform,
+        devices=settings.devices,
+        base_image=settings.base_image,
+        base_image_id=image_id,
+        submodule_path=settings.submodule_path,
+        extra_args=list(settings.extra_args),
+        settings_digest=settings.run_digest(),
+    )
+    return Prepared(
+        settings=settings,
+        history=history,
+        lib=lib,
+        script=script,
+        good=good,
+        bad=bad,
+        commits=commits,
+        passthrough=devices,
+        patterns=patterns,
+        client=client,
+        base_image_id=image_id,
+        workdir=workdir,
+        cache_root=cache_root,
+        exporter=SourceExporter(pypto_path, cache_root),
+        inputs=inputs,
+    )

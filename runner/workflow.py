@@ -1,0 +1,378 @@
+"""Wires the real pieces together for the CLI: run a bisect, replay one from its ledger, report.
+
+`cli.py` only parses and prints; the session decides; this module builds the objects both need
+(history, exporter, wheel cache, Docker tester, ledger) and gathers the facts a report shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner import __version__
+from runner.attempts import DockerTester, RunSettings
+from runner.config import Settings
+from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
+from runner.execute import Mount, remove_stale_containers
+from runner.history import CommitInfo, History, pointer_states
+from runner.ledger import Attempt, Ledger, LedgerDocument, Level, to_git_bisect_log
+from runner.prepare import Prepared, prepare
+from runner.report import ReportFacts, write_reports
+from runner.search import Verdict
+from runner.session import EndpointFailure, Events, LevelResult, Outcome, Pending, Session
+from runner.sources import SourceExporter
+from runner.triage import compare_generated
+from runner.wheels import BuildSettings, WheelCache
+
+LEDGER_NAME = "ledger.json"
+SETTINGS_NAME = "settings.json"
+
+
+@dataclass
+class RunResult:
+    outcome: Outcome
+    report_json: Path
+    report_md: Path
+    report: dict
+
+
+def ledger_path(workdir: Path) -> Path:
+    return workdir / LEDGER_NAME
+
+
+def build_settings(settings: Settings, base_image_id: str) -> BuildSettings:
+    environment = dict(settings.build_env)
+    mounts: list[Mount] = []
+    if settings.pto_isa_root is not None:
+        root = str(settings.pto_isa_root.expanduser().resolve())
+        environment["PTO_ISA_ROOT"] = root
+        mounts.append(Mount(root, root))
+    if settings.ascend_home_path:
+        environment["ASCEND_HOME_PATH"] = settings.ascend_home_path
+    return BuildSettings(
+        base_image=settings.base_image,
+        base_image_id=base_image_id,
+        command=settings.build_command,
+        environment=environment,
+        mounts=tuple(mounts),
+        network=settings.build_network,
+        cpus=settings.cpus,
+        timeout=settings.build_timeout,
+    )
+
+
+def run_settings(prepared: Prepared) -> RunSettings:
+    settings = prepared.settings
+    environment = dict(settings.run_env)
+    if settings.ascend_home_path:
+        environment["ASCEND_HOME_PATH"] = settings.ascend_home_path
+    return RunSettings(
+        lib_dir=prepared.lib,
+        script=prepared.script,
+        platform=settings.platform,
+        device=settings.device,
+        passthrough=prepared.passthrough,
+        extra_args=list(settings.extra_args),
+        python=settings.python,
+        environment=environment,
+        ptoas_root=settings.ptoas_root.expanduser().resolve() if settings.ptoas_root else None,
+        pto_isa_root=settings.pto_isa_root.expanduser().resolve()
+        if settings.pto_isa_root
+        else None,
+        cpus=settings.cpus,
+        timeout=settings.timeout,
+        patterns=prepared.patterns,
+    )
+
+
+def _simpler_states(exporter: SourceExporter, path: str) -> Callable[[str, str], tuple[str, list]]:
+    def states(old: str, new: str) -> tuple[str, list[str]]:
+        return pointer_states(exporter.submodule_git_dir(path), old, new)
+
+    return states
+
+
+def _merge_base(exporter: SourceExporter, path: str) -> Callable[[str, str], str | None]:
+    def merge_base(old: str, new: str) -> str | None:
+        try:
+            return History(exporter.submodule_git_dir(path)).merge_base(old, new)
+        except SourceUnavailable:
+            return None
+
+    return merge_base
+
+
+def _save_settings(workdir: Path, settings: Settings) -> None:
+    """The full settings beside the ledger, so `reproduce` can rebuild the exact environment."""
+    path = workdir / SETTINGS_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(settings.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def load_saved_settings(workdir: Path) -> Settings:
+    path = workdir / SETTINGS_NAME
+    try:
+        return Settings.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{workdir} holds no bisect session ({SETTINGS_NAME} is missing)") from None
+    except ValueError as exc:
+        raise LedgerError(f"{path} is not a valid settings file: {exc}") from exc
+
+
+def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
+    attempt = failure.attempt
+    sha = attempt.pypto_sha[:12]
+    why = f"{attempt.verdict.value}: {attempt.reason}" if attempt.reason else attempt.verdict.value
+    if failure.which == "good" and attempt.verdict is Verdict.BAD:
+        text = (
+            f"the known-good commit {sha} fails too ({why}): the environment, not a commit, is "
+            "at fault; check the base image, devices and goldens, or pick an older --good"
+        )
+    elif failure.which == "good":
+        text = f"the known-good commit {sha} could not be tested ({why}); pick another --good"
+    elif attempt.verdict is Verdict.GOOD:
+        text = f"the known-bad commit {sha} passes: there is no regression to bisect in this range"
+    else:
+        text = f"the known-bad commit {sha} could not be tested ({why}); pick another --bad"
+    return EndpointsDoNotReproduce(f"{text} (log: {attempt.log_path})")
+
+
+def run_bisect(
+    settings: Settings,
+    *,
+    new_session: bool = False,
+    events: Events | None = None,
+    phase: Callable[[str], None] | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> RunResult:
+    started = time.monotonic()
+    prepared = prepare(settings)
+    remove_stale_containers(prepared.client)
+    workdir = prepared.workdir
+    with Ledger.open(
+        ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session
+    ) as ledger:
+        _save_settings(workdir, settings)
+        tester = DockerTester(
+            prepared.client,
+            ledger,
+            prepared.exporter,
+            WheelCache(prepared.cache_root / "wheels"),
+            build_settings(settings, prepared.base_image_id),
+            run_settings(prepared),
+            workdir=workdir,
+            ccache_dir=prepared.cache_root / "ccache",
+            submodule_path=settings.submodule_path,
+            phase=phase,
+            echo=echo,
+        )
+        session = Session(
+            prepared.history,
+            tester,
+            ledger.find,
+            good=prepared.good,
+            bad=prepared.bad,
+            submodule_path=settings.submodule_path,
+            verify=settings.verify,
+            simpler_states=_simpler_states(prepared.exporter, settings.submodule_path),
+            merge_base=_merge_base(prepared.exporter, settings.submodule_path),
+            events=events,
+        )
+        try:
+            outcome = session.run()
+        except EndpointFailure as failure:
+            raise endpoint_error(failure) from None
+        document = ledger.document
+        wall = time.monotonic() - started
+        return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
+
+
+class _LedgerOnly:
+    """A tester that never runs anything: replay stops where the ledger ends."""
+
+    def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        raise Pending(level, pypto, simpler)
+
+
+@dataclass
+class Replay:
+    document: LedgerDocument
+    outcome: Outcome
+    history: History
+    exporter: SourceExporter
+    workdir: Path
+    endpoint_failure: EndpointFailure | None = None
+
+
+def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
+    """Rebuild a session's picture from its ledger alone (for `status` and `report`)."""
+    workdir = workdir.expanduser().resolve()
+    path = ledger_path(workdir)
+    if not path.exists():
+        raise BadInput(f"no ledger at {path}: start a bisect with `run` (or pass --workdir)")
+    document = Ledger.read(path)
+    inputs = document.inputs
+    settings = _settings_or_none(workdir)
+    if cache_dir is None:
+        cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
+    history = History(Path(inputs.pypto_repo))
+    exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve())
+    by_pair = {(a.pypto_sha, a.simpler_sha): a for a in document.attempts}
+    session = Session(
+        history,
+        _LedgerOnly(),
+        lambda pypto, simpler: by_pair.get((pypto, simpler)),
+        good=inputs.good,
+        bad=inputs.bad,
+        submodule_path=inputs.submodule_path,
+        verify=settings.verify if settings is not None else True,
+        simpler_states=_simpler_states(exporter, inputs.submodule_path),
+        merge_base=_merge_base(exporter, inputs.submodule_path),
+    )
+    failure = None
+    try:
+        outcome = session.run()
+    except EndpointFailure as exc:
+        failure = exc
+        commits = history.first_parent_range(inputs.good, inputs.bad)
+        outcome = Outcome("inconclusive", LevelResult("pypto", [inputs.good, *commits]))
+    return Replay(document, outcome, history, exporter, workdir, failure)
+
+
+def _settings_or_none(workdir: Path) -> Settings | None:
+    try:
+        return load_saved_settings(workdir)
+    except (BadInput, LedgerError):
+        return None
+
+
+def rewrite_reports(workdir: Path, cache_dir: Path | None = None) -> RunResult:
+    state = replay(workdir, cache_dir)
+    if state.endpoint_failure is not None:
+        raise endpoint_error(state.endpoint_failure)
+    return _write(state.workdir, state.document, state.outcome, state.history, state.exporter, None)
+
+
+def _attempt_for(doc: LedgerDocument, pypto: str | None, simpler: str | None) -> Attempt | None:
+    if pypto is None:
+        return None
+    found = [a for a in doc.attempts if a.pypto_sha == pypto and a.simpler_sha == simpler]
+    return found[-1] if found else None
+
+
+def _artifacts(attempt: Attempt | None) -> Path | None:
+    if attempt is None or attempt.artifacts_dir is None:
+        return None
+    return Path(attempt.artifacts_dir)
+
+
+def gather_facts(
+    doc: LedgerDocument,
+    outcome: Outcome,
+    history: History,
+    exporter: SourceExporter,
+    workdir: Path,
+    wall_s: float | None,
+) -> ReportFacts:
+    facts = ReportFacts(wall_s=wall_s)
+    commits: dict[str, CommitInfo] = {}
+    for sha in {doc.inputs.good, doc.inputs.bad, *outcome.pypto.suspects}:
+        commits[sha] = history.commit_info(sha)
+    culprit = outcome.pypto.first_bad
+    if culprit is not None:
+        facts.culprit_stat = history.stat(culprit)
+        facts.culprit_patch = history.patch(culprit)
+    path = doc.inputs.submodule_path
+    good_run = bad_run = None
+    if outcome.pypto.found is not None:
+        last_good = outcome.pypto.last_good
+        good_run = _attempt_for(doc, last_good, history.gitlink(last_good, path))
+        bad_run = _attempt_for(doc, culprit, history.gitlink(culprit, path))
+    simpler = outcome.simpler
+    if simpler is not None and simpler.found is not None:
+        blamed = outcome.simpler_culprit
+        try:
+            sub = History(exporter.submodule_git_dir(path))
+            for sha in {blamed, simpler.first_bad}:
+                if sha is not None:
+                    commits[sha] = sub.commit_info(sha)
+            if blamed is not None:
+                facts.simpler_stat = sub.stat(blamed)
+                facts.simpler_patch = sub.patch(blamed)
+        except (SourceUnavailable, BadInput):
+            pass
+        good_state = simpler.candidates[simpler.found - 1]
+        good_run = _attempt_for(doc, simpler.anchor, good_state) or good_run
+        bad_run = _attempt_for(doc, simpler.anchor, simpler.first_bad) or bad_run
+    facts.commits = commits
+    if outcome.pypto.found is not None:
+        facts.triage = compare_generated(_artifacts(good_run), _artifacts(bad_run))
+    if bad_run is not None:
+        facts.reproduce = (
+            f"bisect-precision-docker reproduce --workdir {shlex.quote(str(workdir))} "
+            f"{bad_run.run_id}"
+        )
+    subjects = {sha: info.subject for sha, info in commits.items()}
+    facts.bisect_log = to_git_bisect_log(doc, subjects)
+    return facts
+
+
+def _write(
+    workdir: Path,
+    doc: LedgerDocument,
+    outcome: Outcome,
+    history: History,
+    exporter: SourceExporter,
+    wall_s: float | None,
+) -> RunResult:
+    facts = gather_facts(doc, outcome, history, exporter, workdir, wall_s)
+    json_path, md_path = write_reports(workdir, doc, outcome, facts)
+    return RunResult(outcome, json_path, md_path, json.loads(json_path.read_text()))
+
+
+def reproduce(workdir: Path, run_id: str, echo: Callable[[str], None] | None = None) -> tuple:
+    """Run a recorded attempt again in a fresh container; returns (original, new attempt)."""
+    workdir = workdir.expanduser().resolve()
+    document = Ledger.read(ledger_path(workdir))
+    matches = [a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)]
+    if not matches:
+        raise BadInput(f"no attempt {run_id!r} in {ledger_path(workdir)} (see `status`)")
+    original = matches[-1]
+    settings = load_saved_settings(workdir)
+    inputs = document.inputs
+    settings = settings.model_copy(
+        update={
+            "pypto": Path(inputs.pypto_repo),
+            "lib": Path(inputs.lib_repo),
+            "known_good": inputs.good,
+            "bad": inputs.bad,
+        }
+    )
+    prepared = prepare(settings)
+    if prepared.base_image_id != inputs.base_image_id:
+        raise BadInput(
+            f"base image {inputs.base_image} is now {prepared.base_image_id[:19]}, not the "
+            f"{inputs.base_image_id[:19]} the verdict was made with; load that image to reproduce"
+        )
+    repro_dir = workdir / "reproductions"
+    with Ledger.open(repro_dir / LEDGER_NAME, prepared.inputs, tool_version=__version__) as ledger:
+        tester = DockerTester(
+            prepared.client,
+            ledger,
+            prepared.exporter,
+            WheelCache(prepared.cache_root / "wheels"),
+            build_settings(settings, prepared.base_image_id),
+            run_settings(prepared),
+            workdir=repro_dir,
+            ccache_dir=prepared.cache_root / "ccache",
+            submodule_path=settings.submodule_path,
+            echo=echo,
+        )
+        again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
+    return original, again
