@@ -1,0 +1,496 @@
+"""The `bisect-precision-docker` command: parse, call, print. No bisect logic lives here."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer import _click
+from typer.main import get_command
+
+from runner import __version__
+from runner.config import load_settings
+from runner.errors import BisectError, InfrastructureError
+
+ERR = Console(stderr=True, highlight=False, soft_wrap=True)
+OUT = Console(highlight=False, soft_wrap=True)
+_DEBUG = {"on": False}
+INTERRUPTED = 130
+
+
+class _App(typer.Typer):
+    """Typer with one-line errors: usage mistakes and tool errors never print a box or traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        argv = list(sys.argv[1:])
+        _DEBUG["on"] = "--debug" in argv
+        try:
+            code = get_command(self).main(
+                args=argv, prog_name="bisect-precision-docker", standalone_mode=False
+            )
+        except _click.exceptions.UsageError as exc:
+            hint = " (see --help)"
+            ERR.print(f"error: {exc.format_message()}{hint}")
+            sys.exit(2)
+        except _click.exceptions.ClickException as exc:
+            ERR.print(f"error: {exc.format_message()}")
+            sys.exit(exc.exit_code)
+        except (typer.Abort, _click.exceptions.Abort):
+            ERR.print("interrupted")
+            sys.exit(INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = _App(
+    name="bisect-precision-docker",
+    help="Find the pypto (or simpler) commit behind a numerical-precision regression, "
+    "building and running every tested commit in its own container.",
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+cache_app = typer.Typer(help="Inspect and prune the wheel cache.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@contextmanager
+def guarded(interrupted_hint: str = "") -> Iterator[None]:
+    """Map every failure to one line on stderr and the documented exit code."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except BisectError as exc:
+        if _DEBUG["on"]:
+            traceback.print_exc()
+        ERR.print(f"error: {exc}")
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        ERR.print(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
+        raise typer.Exit(INTERRUPTED) from None
+    except Exception as exc:
+        if _DEBUG["on"]:
+            traceback.print_exc()
+        ERR.print(
+            f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"
+        )
+        raise typer.Exit(InfrastructureError.exit_code) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        OUT.print(f"bisect-precision-docker {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    _DEBUG["on"] = debug
+
+
+WorkdirOpt = Annotated[
+    Path | None,
+    typer.Option(help="Holds ledger.json, runs/, report.md, report.json [./bisect-precision]."),
+]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Wheel cache and source mirrors [$BISECT_PRECISION_CACHE or the user cache dir]."
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option(help="Config file [./bisect-precision.toml when present].")
+]
+
+
+@app.command()
+def run(
+    pypto: Annotated[Path | None, typer.Option(help="The pypto checkout (only read).")] = None,
+    lib: Annotated[
+        Path | None, typer.Option(help="The pypto-lib checkout with the example (only read).")
+    ] = None,
+    script: Annotated[str | None, typer.Option(help="The example, relative to --lib.")] = None,
+    good: Annotated[
+        str | None, typer.Option(help="Known-good pypto revision (config: known_good).")
+    ] = None,
+    bad: Annotated[str | None, typer.Option(help="Known-bad revision [HEAD of --pypto].")] = None,
+    platform: Annotated[
+        str | None, typer.Option(help="a2a3, a5 (NPU) or a2a3sim, a5sim [a2a3].")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="NPU card number, or a comma list [0].")
+    ] = None,
+    base_image: Annotated[
+        str | None, typer.Option(help="CANN-based image to build and run in.")
+    ] = None,
+    workdir: WorkdirOpt = None,
+    cache_dir: CacheOpt = None,
+    submodule_path: Annotated[
+        str | None, typer.Option(help="Path of the simpler gitlink [runtime].")
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds per example run [1800].")] = None,
+    build_timeout: Annotated[
+        float | None, typer.Option(help="Seconds per wheel build [3600].")
+    ] = None,
+    device_mode: Annotated[
+        str | None, typer.Option(help="explicit (default), privileged or ascend-runtime.")
+    ] = None,
+    device_map: Annotated[
+        list[str] | None,
+        typer.Option(help="HOST:CONTAINER device to pass instead of the NPU set (repeatable)."),
+    ] = None,
+    build_network: Annotated[
+        bool | None, typer.Option("--build-network", help="Allow network during builds.")
+    ] = None,
+    pto_isa_root: Annotated[
+        Path | None, typer.Option(help="pto-isa checkout mounted read-only for builds and runs.")
+    ] = None,
+    ptoas_root: Annotated[
+        Path | None, typer.Option(help="ptoas install mounted read-only for runs.")
+    ] = None,
+    ascend_home_path: Annotated[
+        str | None, typer.Option(help="ASCEND_HOME_PATH inside the containers.")
+    ] = None,
+    cpus: Annotated[float | None, typer.Option(help="CPU limit per container.")] = None,
+    extra_arg: Annotated[
+        list[str] | None, typer.Option(help="Extra argument for the example (repeatable).")
+    ] = None,
+    config: ConfigOpt = None,
+    new_session: Annotated[
+        bool, typer.Option(help="Start over; the old ledger is kept as a backup.")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Quiet; print report.json to stdout.")
+    ] = False,
+    verify: Annotated[
+        bool | None,
+        typer.Option("--verify/--no-verify", help="Check that good is good and bad is bad first."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Stream build and run logs.")
+    ] = False,
+) -> None:
+    """Bisect pypto (and simpler inside a culprit bump), resuming from the ledger."""
+    from runner.progress import ConsoleProgress
+    from runner.workflow import run_bisect
+
+    flags = {
+        "pypto": pypto,
+        "lib": lib,
+        "script": script,
+        "known_good": good,
+        "bad": bad,
+        "platform": platform,
+        "device": device,
+        "base_image": base_image,
+        "workdir": workdir,
+        "cache_dir": cache_dir,
+        "submodule_path": submodule_path,
+        "timeout": timeout,
+        "build_timeout": build_timeout,
+        "device_mode": device_mode,
+        "device_map": device_map or None,
+        "build_network": build_network,
+        "pto_isa_root": pto_isa_root,
+        "ptoas_root": ptoas_root,
+        "ascend_home_path": ascend_home_path,
+        "cpus": cpus,
+        "extra_args": extra_arg or None,
+        "verify": verify,
+    }
+    hint = "nothing recorded is lost; rerun the same command to resume"
+    with guarded(hint):
+        settings = load_settings(flags, config)
+        quiet = json_out
+        console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)
+        progress = ConsoleProgress(console)
+        with progress:
+            result = run_bisect(
+                settings,
+                new_session=new_session,
+                events=progress,
+                phase=progress.phase,
+                echo=progress.echo if verbose and not quiet else None,
+            )
+    if json_out:
+        OUT.print_json(data=result.report)
+    else:
+        _print_summary(result.report, result.report_md)
+    raise typer.Exit(result.outcome.exit_code)
+
+
+def _print_summary(report: dict, md_path: Path) -> None:
+    from runner.report import REPORT_SCHEMA_VERSION
+
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
+    source = report["source"]
+    pypto = report["pypto"]
+    OUT.print(f"regression source: [bold]{source}[/bold]")
+    if pypto["first_bad"]:
+        commit = pypto.get("commit") or {}
+        OUT.print(f"first bad pypto commit: {pypto['first_bad']} {commit.get('subject', '')}")
+    else:
+        OUT.print(f"the first bad pypto commit is one of {len(pypto['candidates'])}:")
+        for sha in pypto["candidates"]:
+            OUT.print(f"  {sha}")
+    simpler = report.get("simpler")
+    if simpler:
+        if simpler["culprit"]:
+            commit = simpler.get("commit") or {}
+            OUT.print(
+                f"simpler commit: {simpler['culprit']} {commit.get('subject', '')} "
+                f"({simpler['direction']} pointer move)"
+            )
+        else:
+            OUT.print(f"the simpler commit is one of {len(simpler['candidates'])}:")
+            for sha in simpler["candidates"]:
+                OUT.print(f"  {sha}")
+    if report.get("split"):
+        OUT.print(report["split"]["summary"])
+    if report.get("triage"):
+        OUT.print(f"triage: {report['triage']['summary']}")
+    if report.get("reproduce"):
+        OUT.print(f"reproduce with: {report['reproduce']}")
+    OUT.print(f"report: {md_path}")
+
+
+def _workdir(workdir: Path | None) -> Path:
+    return workdir if workdir is not None else Path("bisect-precision")
+
+
+@app.command()
+def status(
+    workdir: WorkdirOpt = None,
+    cache_dir: CacheOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+) -> None:
+    """Where a bisect stands: the range per level, steps done and left, the last verdicts."""
+    from runner.workflow import replay
+
+    with guarded():
+        state = replay(_workdir(workdir), cache_dir)
+        data = _status_data(state)
+    if json_out:
+        OUT.print_json(data=data)
+        return
+    for level in data["levels"]:
+        OUT.print(
+            f"{level['level']} level: {level['remaining']} candidates left between "
+            f"{level['last_good'][:12]} (good) and {level['first_bad'][:12]} (bad); "
+            f"{level['tests']} tested, about {level['steps_left']} steps left"
+        )
+    OUT.print(f"state: {data['state']}")
+    for step in data["last"]:
+        OUT.print(
+            f"  {step['verdict']:4} {step['level']:7} pypto {step['pypto'][:12]} "
+            f"simpler {(step['simpler'] or 'none')[:12]} {step['reason']}"
+        )
+
+
+def _status_data(state: Any) -> dict:
+    from runner.search import bounds
+
+    outcome = state.outcome
+    levels = []
+    for result in (outcome.pypto, outcome.simpler):
+        if result is None:
+            continue
+        lo, hi = bounds(len(result.candidates), result.verdicts)
+        levels.append(
+            {
+                "level": result.level,
+                "candidates": len(result.candidates) - 1,
+                "last_good": result.candidates[lo],
+                "first_bad": result.candidates[hi],
+                "remaining": len(result.suspects),
+                "tests": sum(1 for i in result.verdicts if 0 < i < len(result.candidates) - 1),
+                "steps_left": result.steps_left,
+                "done": result.done,
+            }
+        )
+    if state.endpoint_failure is not None:
+        text = f"stopped: the known-{state.endpoint_failure.which} endpoint did not reproduce"
+    elif outcome.pending is not None:
+        text = f"in progress: next {outcome.pending}"
+    else:
+        text = f"finished: source {outcome.source}"
+    attempts = state.document.attempts
+    return {
+        "state": text,
+        "finished": outcome.pending is None and state.endpoint_failure is None,
+        "source": outcome.source if outcome.pending is None else None,
+        "levels": levels,
+        "attempts": len(attempts),
+        "last": [
+            {
+                "run_id": a.run_id,
+                "level": a.level,
+                "pypto": a.pypto_sha,
+                "simpler": a.simpler_sha,
+                "verdict": a.verdict.value,
+                "reason": a.reason,
+            }
+            for a in attempts[-5:]
+        ],
+    }
+
+
+@app.command()
+def report(
+    workdir: WorkdirOpt = None,
+    cache_dir: CacheOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print report.json instead.")] = False,
+) -> None:
+    """Rewrite report.md and report.json from the ledger and print the report."""
+    from runner.workflow import rewrite_reports
+
+    with guarded():
+        result = rewrite_reports(_workdir(workdir), cache_dir)
+    if json_out:
+        OUT.print_json(data=result.report)
+    else:
+        OUT.print(result.report_md.read_text(), markup=False)
+
+
+@app.command()
+def log(workdir: WorkdirOpt = None) -> None:
+    """Print the first level as a `git bisect log` that `git bisect replay` accepts."""
+    from runner.ledger import Ledger, to_git_bisect_log
+    from runner.workflow import ledger_path
+
+    with guarded():
+        document = Ledger.read(ledger_path(_workdir(workdir).resolve()))
+    OUT.print(to_git_bisect_log(document), markup=False, end="")
+
+
+@app.command()
+def reproduce(
+    run_id: Annotated[str, typer.Argument(help="A run id from the report (or a pypto sha).")],
+    workdir: WorkdirOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream logs.")] = False,
+) -> None:
+    """Run a recorded attempt again in a fresh container and compare the verdicts."""
+    from runner.workflow import reproduce as reproduce_run
+
+    with guarded():
+        original, again = reproduce_run(
+            _workdir(workdir),
+            run_id,
+            echo=(lambda line: ERR.print(line.rstrip())) if verbose else None,
+        )
+    OUT.print(f"recorded:   {original.verdict.value} {original.reason} ({original.run_id})")
+    OUT.print(
+        f"reproduced: {again.verdict.value} {again.reason} ({again.run_id}, {again.log_path})"
+    )
+    same = original.verdict == again.verdict
+    OUT.print("the verdict reproduces" if same else "the verdict does NOT reproduce")
+    raise typer.Exit(0 if same else 1)
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in units else (raw, "")
+    try:
+        return int(float(number) * units[unit])
+    except ValueError:
+        from runner.errors import BadInput
+
+        raise BadInput(f"--max-size {text}: give a size such as 500M or 20G") from None
+
+
+def _cache(cache_dir: Path | None):
+    from runner.config import load_settings
+    from runner.wheels import WheelCache
+
+    settings = load_settings({"cache_dir": cache_dir})
+    return WheelCache(settings.cache_root() / "wheels")
+
+
+@cache_app.command("ls")
+def cache_ls(
+    cache_dir: CacheOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+) -> None:
+    """List cached wheels and recorded build failures, most recently used first."""
+    with guarded():
+        cache = _cache(cache_dir)
+        entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
+    rows = [
+        {
+            "package": e.package,
+            "commit": e.commit,
+            "ok": e.ok,
+            "size": e.size,
+            "last_used": e.last_used.isoformat(),
+            "reason": e.reason,
+            "key": e.key,
+        }
+        for e in entries
+    ]
+    if json_out:
+        OUT.print_json(data=rows)
+        return
+    for row in rows:
+        state = "wheel " if row["ok"] else "FAILED"
+        OUT.print(
+            f"{row['package']:8} {row['commit'][:12]} {state} {row['size'] / 1e6:8.2f} MB "
+            f"{row['last_used'][:19]} {row['reason']}"
+        )
+    OUT.print(f"{len(rows)} entries, {sum(r['size'] for r in rows) / 1e6:.2f} MB in {cache.root}")
+
+
+@cache_app.command("prune")
+def cache_prune(
+    cache_dir: CacheOpt = None,
+    max_size: Annotated[
+        str | None, typer.Option(help="Keep at most this much (e.g. 20G), LRU first.")
+    ] = None,
+    failures: Annotated[
+        bool, typer.Option("--failures", help="Forget recorded build failures only.")
+    ] = False,
+) -> None:
+    """Remove least recently used entries until the cache fits --max-size (all without it)."""
+    with guarded():
+        cache = _cache(cache_dir)
+        if failures:
+            removed = cache.remove_failures()
+        else:
+            removed = cache.prune(_size(max_size) if max_size is not None else None)
+    OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB left")
+
+
+@app.command()
+def cleanup(
+    images: Annotated[
+        bool, typer.Option("--images", help="Also remove the per-commit test images.")
+    ] = False,
+) -> None:
+    """Remove containers left by killed runs (and, with --images, the tool's images)."""
+    from runner.execute import LABEL, connect, remove_stale_containers
+
+    with guarded():
+        client = connect()
+        removed = remove_stale_containers(client)
+        gone = 0
+        if images:
+            for image in client.images.list(filters={"label": f"{LABEL}=1"}):
+                client.images.remove(image.id, force=True)
+                gone += 1
+    OUT.print(f"removed {len(removed)} containers and {gone} images")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

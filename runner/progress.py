@@ -1,0 +1,94 @@
+"""Terminal progress of a bisect: level, step n of about m, commit, phase and elapsed time."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from runner.ledger import Attempt, Level
+
+VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
+
+
+class ConsoleProgress:
+    """Session events rendered with rich; one live status line plus a line per finished step."""
+
+    def __init__(self, console: Console, subjects: dict[str, str] | None = None) -> None:
+        self.console = console
+        self.subjects = subjects or {}
+        self.level: Level = "pypto"
+        self.done = 0
+        self.left = 0
+        self.commit = ""
+        self.simpler: str | None = None
+        self.phase_name = "starting"
+        self.phase_started = time.monotonic()
+        self.live = Live(console=console, refresh_per_second=4, transient=True)
+        self.live.update(_Status(self))
+
+    def __enter__(self) -> ConsoleProgress:
+        if self.console.is_terminal:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.stop()
+
+    def level_started(self, level: Level, count: int, note: str) -> None:
+        self.level = level
+        self.console.print(f"[bold]{level} level[/bold]: {count} candidates ({note})")
+
+    def step_started(
+        self, level: Level, done: int, left: int, pypto: str, simpler: str | None
+    ) -> None:
+        self.level, self.done, self.left = level, done, left
+        self.commit, self.simpler = pypto, simpler
+        self.phase("prepare")
+
+    def phase(self, name: str) -> None:
+        self.phase_name = name
+        self.phase_started = time.monotonic()
+
+    def attempt_done(self, attempt: Attempt, reused: bool) -> None:
+        verdict = attempt.verdict.value
+        style = VERDICT_STYLE.get(verdict, "white")
+        subject = self.subjects.get(attempt.pypto_sha, "")
+        where = f"pypto {attempt.pypto_sha[:12]}"
+        if attempt.level != "pypto" and attempt.simpler_sha:
+            where += f" simpler {attempt.simpler_sha[:12]}"
+        origin = (
+            "from the ledger"
+            if reused
+            else f"build {attempt.build_s:.1f}s run {attempt.run_s:.1f}s"
+        )
+        reason = f" - {attempt.reason}" if attempt.reason else ""
+        self.console.print(
+            f"  [{style}]{verdict:4}[/{style}] {attempt.level:7} {where} {subject[:50]}"
+            f" ({origin}){reason}",
+            highlight=False,
+        )
+
+    def note(self, text: str) -> None:
+        self.console.print(text)
+
+    def echo(self, line: str) -> None:
+        self.console.print(Text(line.rstrip("\n"), style="dim"))
+
+
+class _Status:
+    def __init__(self, progress: ConsoleProgress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Text:
+        p = self.progress
+        elapsed = time.monotonic() - p.phase_started
+        subject = p.subjects.get(p.commit, "")
+        simpler = f" + simpler {p.simpler[:12]}" if p.level != "pypto" and p.simpler else ""
+        return Text(
+            f"{p.level} level · step {p.done + 1} of about {p.done + max(p.left, 1)} · "
+            f"{p.commit[:12]}{simpler} {subject[:40]} · {p.phase_name} {elapsed:.0f}s",
+            style="cyan",
+        )

@@ -1,0 +1,376 @@
+"""The paste-ready report: `report.json` for machines, `report.md` for people.
+
+Everything here is computed from the ledger, the session's outcome and a few facts about commits
+gathered by the caller, so `report` can rewrite both files at any time without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.history import Change, CommitInfo
+from runner.ledger import Attempt, LedgerDocument
+from runner.session import Outcome, describe_split
+from runner.triage import Triage
+
+REPORT_SCHEMA_VERSION = 1
+INTERESTING = re.compile(
+    r"dtype|cast|precision|round|layout|fp16|bf16|fp32|float|half|tolerance|rtol|atol|"
+    r"\bpass(es)?\b|optimi[sz]|fuse|fusion|accumulat|scale",
+    re.IGNORECASE,
+)
+MAX_HUNK_LINES = 200
+
+
+@dataclass
+class ReportFacts:
+    """What the report needs beyond the ledger and the outcome, gathered from git by the caller."""
+
+    commits: Mapping[str, CommitInfo] = field(default_factory=dict)  # pypto and simpler commits
+    culprit_stat: str = ""
+    culprit_patch: str = ""
+    simpler_stat: str = ""
+    simpler_patch: str = ""
+    triage: Triage | None = None
+    reproduce: str = ""
+    bisect_log: str = ""
+    wall_s: float | None = None
+
+
+def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
+    """Diff hunks that touch dtype, cast, precision, rounding, layout or optimisation passes."""
+    kept: list[str] = []
+    header: list[str] = []
+    hunk: list[str] = []
+    path = ""
+
+    def flush() -> None:
+        if not hunk:
+            return
+        changed = "\n".join(line for line in hunk[1:] if line[:1] in "+-")
+        if INTERESTING.search(changed) or INTERESTING.search(path):
+            if header:
+                kept.extend(header)
+                header.clear()
+            kept.extend(hunk)
+        hunk.clear()
+
+    for line in patch.splitlines():
+        if line.startswith("diff --git"):
+            flush()
+            header = [line]
+            path = line.split(" b/", 1)[-1]
+        elif line.startswith(("--- ", "+++ ")) and not hunk:
+            header.append(line)
+        elif line.startswith("@@"):
+            flush()
+            hunk.append(line)
+        elif hunk:
+            hunk.append(line)
+    flush()
+    if len(kept) > limit:
+        kept = [*kept[:limit], f"... ({len(kept) - limit} more lines cut)"]
+    return "\n".join(kept)
+
+
+def _stats(doc: LedgerDocument, wall_s: float | None) -> dict[str, Any]:
+    builds = {"pypto": 0, "simpler": 0}
+    hits = 0
+    for attempt in doc.attempts:
+        for package, state in attempt.builds.items():
+            if state in ("built", "failed"):
+                builds[package] = builds.get(package, 0) + 1
+            elif state in ("cached", "failed-cached"):
+                hits += 1
+    if wall_s is None:
+        wall_s = sum((a.finished_at - a.started_at).total_seconds() for a in doc.attempts)
+    return {
+        "tests": len(doc.attempts),
+        "builds": builds,
+        "cache_hits": hits,
+        "wall_s": round(wall_s, 2),
+    }
+
+
+def _commit(facts: ReportFacts, sha: str | None) -> dict[str, Any] | None:
+    if sha is None:
+        return None
+    info = facts.commits.get(sha)
+    if info is None:
+        return {"sha": sha}
+    return {
+        "sha": info.sha,
+        "subject": info.subject,
+        "author": info.author,
+        "date": info.date,
+    }
+
+
+def _change(change: Change | None) -> dict[str, Any] | None:
+    if change is None:
+        return None
+    return {
+        "kind": change.kind,
+        "old": change.old,
+        "new": change.new,
+        "changed_paths": list(change.changed_paths),
+    }
+
+
+def _step(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "run_id": attempt.run_id,
+        "level": attempt.level,
+        "pypto": attempt.pypto_sha,
+        "simpler": attempt.simpler_sha,
+        "verdict": attempt.verdict.value,
+        "reason": attempt.reason,
+        "exit_code": attempt.exit_code,
+        "build_s": round(attempt.build_s, 2),
+        "run_s": round(attempt.run_s, 2),
+        "builds": dict(attempt.builds),
+        "from_cache": bool(attempt.builds)
+        and all(state.endswith("cached") for state in attempt.builds.values()),
+        "metrics": dict(attempt.metrics),
+        "log": attempt.log_path,
+    }
+
+
+def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
+    pypto = outcome.pypto
+    simpler = outcome.simpler
+    pre_submodule = outcome.change is not None and outcome.change.new is None
+    data: dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "source": outcome.source,
+        "finished": outcome.finished,
+        "exit_code": outcome.exit_code,
+        "inputs": doc.inputs.model_dump(mode="json"),
+        "pypto": {
+            "first_bad": pypto.first_bad,
+            "last_good": pypto.last_good,
+            "candidates": pypto.suspects,
+            "commit": _commit(facts, pypto.first_bad),
+            "change": _change(outcome.change),
+            "pre_submodule": pre_submodule,
+        },
+        "split": None,
+        "simpler": None,
+        "triage": None,
+        "notes": list(outcome.notes),
+        "steps": [_step(a) for a in doc.attempts],
+        "stats": _stats(doc, facts.wall_s),
+        "reproduce": facts.reproduce,
+    }
+    if outcome.split is not None:
+        data["split"] = {
+            "pointer_half": outcome.split.pointer_half.value,
+            "code_half": outcome.split.code_half.value,
+            "carrier": outcome.split.carrier,
+            "summary": describe_split(outcome.split),
+        }
+    if simpler is not None and outcome.change is not None:
+        data["simpler"] = {
+            "first_bad": simpler.first_bad,
+            "culprit": outcome.simpler_culprit,
+            "commit": _commit(facts, outcome.simpler_culprit),
+            "candidates": simpler.suspects,
+            "range": [outcome.change.old, outcome.change.new],
+            "direction": outcome.direction,
+            "pypto": simpler.anchor,
+        }
+    if facts.triage is not None:
+        data["triage"] = {
+            "status": facts.triage.status,
+            "summary": facts.triage.summary,
+            "changed": list(facts.triage.changed),
+            "added": list(facts.triage.added),
+            "removed": list(facts.triage.removed),
+        }
+    return data
+
+
+def _headline(outcome: Outcome, facts: ReportFacts) -> str:
+    if not outcome.finished:
+        return "The bisect is not finished yet: rerun the same `run` command to continue."
+    pypto = outcome.pypto
+    if outcome.source == "inconclusive" and pypto.found is None:
+        return (
+            f"Inconclusive: untestable commits border the culprit; it is one of "
+            f"{len(pypto.suspects)} pypto commits listed below."
+        )
+    culprit = pypto.first_bad or ""
+    line = f"The regression came in with pypto {culprit[:12]}"
+    info = facts.commits.get(culprit)
+    if info is not None:
+        line += f" ({info.subject})"
+    if outcome.source == "simpler" and outcome.simpler is not None:
+        blamed = outcome.simpler_culprit
+        if blamed is not None:
+            line += f", from simpler {blamed[:12]}"
+            sinfo = facts.commits.get(blamed)
+            if sinfo is not None:
+                line += f" ({sinfo.subject})"
+            if outcome.simpler.found is not None and blamed != outcome.simpler.first_bad:
+                line += ", whose removal by a backward pointer move brought it"
+        else:
+            line += f"; the simpler commit is one of {len(outcome.simpler.suspects)} listed below"
+    return line + "."
+
+
+def _commit_block(
+    title: str, info: CommitInfo | None, sha: str, stat: str, patch: str
+) -> list[str]:
+    lines = [f"## {title}", ""]
+    if info is not None:
+        lines += [
+            f"- commit `{info.sha}`",
+            f"- subject: {info.subject}",
+            f"- author: {info.author} <{info.author_email}>",
+            f"- date: {info.date}",
+        ]
+    else:
+        lines.append(f"- commit `{sha}`")
+    if stat.strip():
+        lines += ["", "```", stat.rstrip(), "```"]
+    hunks = interesting_hunks(patch)
+    if hunks:
+        lines += [
+            "",
+            "Hunks touching dtype, casts, precision, rounding, layout or passes:",
+            "",
+            "```diff",
+            hunks,
+            "```",
+        ]
+    return [*lines, ""]
+
+
+def build_markdown(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> str:
+    data = build_json(doc, outcome, facts)
+    lines = ["# Precision bisect report", "", _headline(outcome, facts), ""]
+    lines += [f"- regression source: **{outcome.source}**", f"- exit code: {outcome.exit_code}"]
+    inputs = doc.inputs
+    lines += [
+        f"- range: `{inputs.good[:12]}` (good) .. `{inputs.bad[:12]}` (bad)",
+        f"- example: `{inputs.script}` on `{inputs.platform}`, device {','.join(inputs.devices)}",
+        f"- base image: `{inputs.base_image}` (`{inputs.base_image_id[:19]}`)",
+        "",
+    ]
+    pypto = outcome.pypto
+    if pypto.first_bad is not None:
+        lines += _commit_block(
+            "First bad pypto commit",
+            facts.commits.get(pypto.first_bad),
+            pypto.first_bad,
+            facts.culprit_stat,
+            facts.culprit_patch,
+        )
+        if outcome.change is not None and outcome.change.moved:
+            change = outcome.change
+            lines += [
+                f"It moves the `{inputs.submodule_path}` pointer "
+                f"`{(change.old or 'none')[:12]}` -> `{(change.new or 'none')[:12]}` "
+                f"({'with' if change.kind == 'pointer-and-code' else 'without'} pypto code changes"
+                f"{', direction ' + outcome.direction if outcome.direction else ''}).",
+                "",
+            ]
+        if outcome.change is not None and outcome.change.new is None:
+            lines += [
+                f"The culprit has no `{inputs.submodule_path}` gitlink (the pre-submodule era): "
+                "it was built without a simpler wheel.",
+                "",
+            ]
+    elif pypto.suspects:
+        lines += ["## Candidate pypto commits", ""]
+        for sha in pypto.suspects:
+            info = facts.commits.get(sha)
+            lines.append(f"- `{sha}` {info.subject if info else ''}".rstrip())
+        lines.append("")
+    if outcome.split is not None:
+        lines += [
+            "## Code or pointer?",
+            "",
+            f"- pypto at the parent with the new simpler: {outcome.split.pointer_half.value}",
+            f"- pypto at the culprit with the old simpler: {outcome.split.code_half.value}",
+            f"- {describe_split(outcome.split)}",
+            "",
+        ]
+    if outcome.simpler is not None:
+        blamed = outcome.simpler_culprit
+        if blamed is not None:
+            lines += _commit_block(
+                "Simpler commit",
+                facts.commits.get(blamed),
+                blamed,
+                facts.simpler_stat,
+                facts.simpler_patch,
+            )
+        else:
+            lines += ["## Candidate simpler commits", ""]
+            lines += [f"- `{sha}`" for sha in outcome.simpler.suspects]
+            lines.append("")
+    for note in outcome.notes:
+        lines.append(f"> {note}")
+    if outcome.notes:
+        lines.append("")
+    if facts.triage is not None:
+        lines += ["## Triage of the generated code", "", facts.triage.summary, ""]
+        if facts.triage.diff:
+            lines += ["```diff", facts.triage.diff.rstrip(), "```", ""]
+    lines += [
+        "## Steps",
+        "",
+        "| run | level | pypto | simpler | verdict | reason | build s | run s | cache |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for step in data["steps"]:
+        reason = str(step["reason"]).replace("|", "\\|")[:90]
+        cache = "yes" if step["from_cache"] else "no"
+        lines.append(
+            f"| {step['run_id']} | {step['level']} | `{step['pypto'][:12]}` | "
+            f"`{(step['simpler'] or 'none')[:12]}` | {step['verdict']} | {reason} | "
+            f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} |"
+        )
+    stats = data["stats"]
+    lines += [
+        "",
+        f"{stats['tests']} tests, builds: pypto {stats['builds']['pypto']}, simpler "
+        f"{stats['builds']['simpler']}, cache hits {stats['cache_hits']}, {stats['wall_s']} s.",
+        "",
+    ]
+    if facts.reproduce:
+        lines += ["## Reproduce", "", "```sh", facts.reproduce, "```", ""]
+    if facts.bisect_log:
+        lines += [
+            "## git bisect log",
+            "",
+            "`git bisect replay` accepts this (first level, pypto):",
+            "",
+            "```",
+            facts.bisect_log.rstrip(),
+            "```",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def write_reports(
+    workdir: Path, doc: LedgerDocument, outcome: Outcome, facts: ReportFacts
+) -> tuple[Path, Path]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    json_path = workdir / "report.json"
+    md_path = workdir / "report.md"
+    for path, text in (
+        (json_path, json.dumps(build_json(doc, outcome, facts), indent=2) + "\n"),
+        (md_path, build_markdown(doc, outcome, facts)),
+    ):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return json_path, md_path

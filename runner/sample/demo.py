@@ -1,0 +1,86 @@
+"""`make demo`: the main job on the built-in sample.
+
+Generates a small pypto / simpler / pypto-lib history whose regression hides inside a simpler bump,
+then runs the real CLI on it with the real Docker Engine, exactly as a user would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.sample.histories import SampleSpec, make_sample
+
+DEMO_SPEC = SampleSpec(
+    pypto_commits=12,
+    simpler_commits=10,
+    runtime_added_at=3,
+    runtime_initial=2,
+    bumps=((6, 6), (9, 8)),
+    simpler_regression_at=5,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=Path("demo"), help="where to put everything")
+    parser.add_argument("--base-image", default="bisect-precision-test-base:bookworm")
+    args = parser.parse_args(argv)
+
+    root = args.dir.resolve()
+    repos = root / "repos"
+    if repos.exists():
+        print(f"reusing the sample repositories in {repos}")
+        sample = None
+    else:
+        sample = make_sample(repos, DEMO_SPEC)
+        culprit = sample.expected_first_bad()
+        assert culprit is not None
+        print(
+            f"made a sample history in {repos}: {DEMO_SPEC.pypto_commits} pypto commits; "
+            f"the regression is simpler commit {culprit.simpler_index} inside the bump at "
+            f"pypto commit {culprit.pypto_index}"
+        )
+    pypto = repos / "pypto"
+    good = subprocess.run(
+        ["git", "-C", str(pypto), "rev-list", "--max-parents=0", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()[0]
+    command = [
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--pypto",
+        str(pypto),
+        "--lib",
+        str(repos / "pypto-lib"),
+        "--script",
+        "models/sample/decode_fwd.py",
+        "--good",
+        good,
+        "--platform",
+        "a2a3",
+        "--device",
+        "0",
+        "--device-map",
+        "/dev/null:/dev/davinci0",
+        "--base-image",
+        args.base_image,
+        "--workdir",
+        str(root / "workdir"),
+        "--cache-dir",
+        str(root / "cache"),
+        "--timeout",
+        "120",
+    ]
+    print("$ bisect-precision-docker " + " ".join(command[3:]), flush=True)
+    return subprocess.run(command).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
