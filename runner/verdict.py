@@ -1,0 +1,390 @@
+"""Turn one run of a pypto-lib example into good / bad / skip, plus the precision figures.
+
+A bisect is only as good as its verdicts: calling a compile error "bad" would blame an innocent
+commit, so only output that proves a precision failure (a golden mismatch) is bad; crashes, missing
+devices, timeouts and the OOM killer are "skip" (untestable), with a one-line reason a human can act
+on. Pure: text in, data out.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from runner.errors import BadInput
+from runner.search import Verdict
+
+__all__ = ["Outcome", "VerdictPatterns", "clean_output", "judge", "parse_metrics"]
+
+MetricValue = float | int | str
+
+_REASON_LIMIT = 160
+
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_NUM = r"[-+]?(?:inf|nan|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
+
+_MISMATCH = re.compile(r"Mismatched elements:\s*(\d+)\s*/\s*(\d+)")
+_RTOL = re.compile(rf"\brtol\s*=\s*({_NUM})(?![\w.])", re.IGNORECASE)
+_ATOL = re.compile(rf"\batol\s*=\s*({_NUM})(?![\w.])", re.IGNORECASE)
+_MAX_ABS = re.compile(
+    rf"max(?:imum)?[ _]abs(?:olute)?[ _]diff(?:erence)?\s*[=:]\s*({_NUM})"
+    rf"(?:\s+at\s+(\([^)]*\)|\S+))?(?:\s*\(tol\s*=\s*({_NUM})\))?",
+    re.IGNORECASE,
+)
+_NUMPY_MAX_ABS = re.compile(rf"Max absolute difference(?: among violations)?:\s*({_NUM})")
+_RATIO = re.compile(
+    rf"ratio_allclose fail:\s*error_count\s*=\s*(\d+)\s*/\s*(\d+)"
+    rf"(?:\s*\(ratio\s*=\s*({_NUM})%(?:,\s*allowed\s*<=\s*({_NUM})%)?"
+    rf"(?:,\s*threshold\s*=\s*({_NUM})\s*pts)?)?"
+)
+_FAILED_TENSOR = re.compile(r"^\[RUN\]\s+'([^']*)'\s+FAIL\b", re.MULTILINE)
+_GOLDEN_LIST = re.compile(r"does not match golden:\s*\[([^\]]*)\]")
+_RUN_SECONDS = re.compile(rf"^\[RUN\] (?:PASS|FAIL)\b[^\n]*?\(({_NUM})\s*s\)", re.MULTILINE)
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.MULTILINE)
+_ERRORISH = re.compile(
+    r"(?<![A-Za-z_])(?:ERROR|error)\b|Error\b|FATAL|Fatal|(?<![a-z])fatal\b"
+    r"|Segmentation fault|Aborted|core dumped|Killed"
+)
+
+
+@dataclass(frozen=True)
+class VerdictPatterns:
+    """Regexes (multiline) that recognise a pass and a precision failure.
+
+    Overridable from the config file because example harnesses differ: a project with its own
+    comparator can add its failure line without touching the code.
+    """
+
+    good: tuple[str, ...] = (r"^\[RUN\] PASS\b",)
+    bad: tuple[str, ...] = (
+        r"does not match golden",
+        r"ratio_allclose fail",
+        r"^\[RUN\]\s+'[^']*'\s+FAIL\b",
+    )
+
+    def __post_init__(self) -> None:
+        for kind in ("good", "bad"):
+            patterns = getattr(self, kind)
+            if isinstance(patterns, str):
+                patterns = (patterns,)
+            patterns = tuple(patterns)
+            if not patterns:
+                raise BadInput(
+                    f"verdict patterns: '{kind}' is empty; give at least one regex, "
+                    "or leave it out to use the defaults"
+                )
+            for pattern in patterns:
+                _compile(kind, pattern)
+            object.__setattr__(self, kind, patterns)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping) -> VerdictPatterns:
+        """Build from a config section such as ``{"good": [...], "bad": [...]}``.
+
+        A key left out keeps its default; a single string counts as a one-pattern list.
+        """
+        if not isinstance(data, Mapping):
+            raise BadInput(
+                "verdict patterns must be a table with 'good' and/or 'bad' lists of regexes"
+            )
+        unknown = sorted(str(key) for key in data if key not in ("good", "bad"))
+        if unknown:
+            raise BadInput(
+                f"verdict patterns: unknown key(s) {', '.join(unknown)}; "
+                "only 'good' and 'bad' are allowed"
+            )
+        values: dict[str, tuple[str, ...]] = {}
+        for kind in ("good", "bad"):
+            if kind not in data:
+                continue
+            raw = data[kind]
+            items = [raw] if isinstance(raw, str) else raw
+            if not isinstance(items, Iterable) or not all(isinstance(p, str) for p in items):
+                raise BadInput(f"verdict patterns: '{kind}' must be a regex or a list of regexes")
+            values[kind] = tuple(items)
+        return cls(**values)
+
+    def first_good(self, text: str) -> re.Match[str] | None:
+        return _search_any(self.good, text)
+
+    def first_bad(self, text: str) -> re.Match[str] | None:
+        return _search_any(self.bad, text)
+
+
+@lru_cache(maxsize=256)
+def _compile(kind: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except re.error as exc:
+        raise BadInput(
+            f"verdict patterns: invalid '{kind}' regex {pattern!r} ({exc}); "
+            "fix it in the config file"
+        ) from None
+
+
+def _search_any(patterns: tuple[str, ...], text: str) -> re.Match[str] | None:
+    found = [m for p in patterns if (m := _compile("pattern", p).search(text))]
+    return min(found, key=lambda m: m.start(), default=None)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run says about one commit; `reason` is one short line for reports and logs."""
+
+    verdict: Verdict
+    reason: str
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+
+
+def clean_output(output: str) -> str:
+    """Strip ANSI colour codes and turn CRLF / bare CR (progress bars) into plain newlines."""
+    text = _ANSI.sub("", output)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def judge(
+    exit_code: int | None,
+    output: str,
+    *,
+    timed_out: bool = False,
+    oom_killed: bool = False,
+    timeout_s: float | None = None,
+    patterns: VerdictPatterns = VerdictPatterns(),
+) -> Outcome:
+    """Decide good / bad / skip for one run.
+
+    A golden mismatch is bad whatever the exit code (pypto-lib prints and exits in varying order);
+    a pass needs both exit 0 and a PASS line, because a crash after the PASS line (or a PASS line
+    from a warm-up) must not be mistaken for a healthy commit. Everything else is skip.
+    """
+    text = clean_output(output)
+    metrics = _parse_clean(text)
+
+    if timed_out:
+        limit = f" after {_fmt(timeout_s)}s" if timeout_s is not None else ""
+        return Outcome(Verdict.SKIP, f"timeout{limit}", metrics)
+
+    bad = patterns.first_bad(text)
+    if bad is not None:
+        return Outcome(Verdict.BAD, _bad_reason(metrics, text, bad), metrics)
+
+    if oom_killed or exit_code == 137:
+        return Outcome(Verdict.SKIP, "killed (out of memory?)", metrics)
+
+    if exit_code is None:
+        return Outcome(Verdict.SKIP, _truncate(_with_detail("no exit status", text)), metrics)
+
+    if exit_code == 0:
+        if patterns.first_good(text) is not None:
+            return Outcome(Verdict.GOOD, "pass", metrics)
+        return Outcome(Verdict.SKIP, "exit 0 without a PASS line", metrics)
+
+    head = f"exit {exit_code}"
+    name = _signal_name(exit_code)
+    if name:
+        head += f" ({name})"
+    return Outcome(Verdict.SKIP, _truncate(_with_detail(head, text)), metrics)
+
+
+def parse_metrics(output: str) -> dict[str, MetricValue]:
+    """Pull the precision figures out of pypto-lib output; every key is optional.
+
+    When several tensors fail, the worst figures are kept: the report wants to show how far off
+    the regression is, and the worst tensor is the one a developer will look at first.
+    """
+    return _parse_clean(clean_output(output))
+
+
+def _parse_clean(text: str) -> dict[str, MetricValue]:
+    metrics: dict[str, MetricValue] = {}
+    blocks = 0
+
+    worst_mismatch: tuple[float, int, int, str] | None = None
+    for match in _MISMATCH.finditer(text):
+        blocks += 1
+        bad, total = int(match.group(1)), int(match.group(2))
+        ratio = bad / total if total else 0.0
+        line = _line_at(text, match.start())
+        if worst_mismatch is None or (ratio, bad) > worst_mismatch[:2]:
+            worst_mismatch = (ratio, bad, total, line)
+    if worst_mismatch is not None:
+        ratio, bad, total, line = worst_mismatch
+        metrics["mismatched"] = bad
+        metrics["total"] = total
+        if total:
+            metrics["mismatch_ratio"] = ratio
+        _put_first(metrics, "rtol", _RTOL, (line, text))
+        _put_first(metrics, "atol", _ATOL, (line, text))
+
+    worst_ratio: re.Match[str] | None = None
+    for match in _RATIO.finditer(text):
+        blocks += 1
+        if worst_ratio is None or _ratio_key(match) > _ratio_key(worst_ratio):
+            worst_ratio = match
+    if worst_ratio is not None:
+        errors, total, pct, allowed, threshold = worst_ratio.groups()
+        metrics["ratio_error_count"] = int(errors)
+        metrics["ratio_total"] = int(total)
+        if pct is not None:
+            metrics["ratio_pct"] = float(pct)
+        elif int(total):
+            metrics["ratio_pct"] = 100.0 * int(errors) / int(total)
+        if allowed is not None:
+            metrics["ratio_allowed_pct"] = float(allowed)
+        if threshold is not None:
+            metrics["ratio_threshold"] = _number(threshold)
+        _put_first(metrics, "rtol", _RTOL, (text,))
+        _put_first(metrics, "atol", _ATOL, (text,))
+
+    worst_abs: tuple[float, str | None, str | None] | None = None
+    for match in _MAX_ABS.finditer(text):
+        value = float(match.group(1))
+        if worst_abs is None or _bigger(value, worst_abs[0]):
+            worst_abs = (value, match.group(2), match.group(3))
+    for match in _NUMPY_MAX_ABS.finditer(text):
+        value = float(match.group(1))
+        if worst_abs is None or _bigger(value, worst_abs[0]):
+            worst_abs = (value, None, None)
+    if worst_abs is not None:
+        value, where, tol = worst_abs
+        metrics["max_abs_diff"] = value
+        if where is not None:
+            metrics["max_abs_diff_at"] = where
+        if tol is not None:
+            metrics["tol"] = float(tol)
+
+    names = _dedupe(
+        [m.group(1) for m in _FAILED_TENSOR.finditer(text)]
+        + [
+            name.strip().strip("'\"")
+            for m in _GOLDEN_LIST.finditer(text)
+            for name in m.group(1).split(",")
+            if name.strip().strip("'\"")
+        ]
+    )
+    if names:
+        metrics["failed_tensors"] = ",".join(names)
+    if names or blocks > 1:
+        metrics["failed_tensor_count"] = max(len(names), blocks)
+
+    seconds = _RUN_SECONDS.findall(text)
+    if seconds:
+        metrics["run_seconds"] = float(seconds[-1])
+    return metrics
+
+
+def _bad_reason(metrics: Mapping[str, MetricValue], text: str, match: re.Match[str]) -> str:
+    parts: list[str] = []
+    if "mismatched" in metrics and "total" in metrics:
+        parts.append(
+            f"precision mismatch: {metrics['mismatched']}/{metrics['total']} elements"
+            + _abs_suffix(metrics)
+        )
+    elif "ratio_error_count" in metrics:
+        if "ratio_pct" in metrics and "ratio_allowed_pct" in metrics:
+            figures = f"{_fmt(metrics['ratio_pct'])}% > {_fmt(metrics['ratio_allowed_pct'])}%"
+        else:
+            figures = f"{metrics['ratio_error_count']}/{metrics['ratio_total']} elements"
+        parts.append(f"ratio_allclose fail: {figures}" + _abs_suffix(metrics))
+    elif "max_abs_diff" in metrics:
+        parts.append("precision mismatch:" + _abs_suffix(metrics).lstrip(","))
+    else:
+        parts.append(f"precision mismatch: {_line_at(text, match.start()).strip()}")
+    tensors = metrics.get("failed_tensors")
+    if isinstance(tensors, str) and tensors:
+        shown = tensors.split(",")
+        listed = ", ".join(shown[:3]) + (f" +{len(shown) - 3} more" if len(shown) > 3 else "")
+        parts.append(f"[{listed}]")
+    return _truncate(" ".join(parts))
+
+
+def _abs_suffix(metrics: Mapping[str, MetricValue]) -> str:
+    value = metrics.get("max_abs_diff")
+    return f", max abs diff {_fmt(value)}" if isinstance(value, float) else ""
+
+
+def _with_detail(head: str, text: str) -> str:
+    detail = _telling_line(text)
+    return f"{head}: {detail}" if detail else head
+
+
+def _telling_line(text: str) -> str:
+    """The line a human would quote: the exception of the last traceback, else the last error."""
+    lines = text.split("\n")
+    tracebacks = list(_TRACEBACK.finditer(text))
+    if tracebacks:
+        start = text.count("\n", 0, tracebacks[-1].start()) + 1
+        for line in lines[start:]:
+            if line.strip() and not line[0].isspace():
+                return line.strip()
+    for line in reversed(lines):
+        if _ERRORISH.search(line):
+            return line.strip()
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _signal_name(exit_code: int) -> str:
+    if 128 < exit_code < 128 + 65:
+        try:
+            return signal.Signals(exit_code - 128).name
+        except ValueError:
+            return ""
+    return ""
+
+
+def _ratio_key(match: re.Match[str]) -> tuple[float, int]:
+    errors, total = int(match.group(1)), int(match.group(2))
+    pct = float(match.group(3)) if match.group(3) is not None else 0.0
+    if pct != pct:
+        pct = float("inf")
+    return (max(pct, 100.0 * errors / total if total else 0.0), errors)
+
+
+def _bigger(value: float, current: float) -> bool:
+    """NaN counts as the worst possible difference: a NaN output is the loudest regression."""
+    if current != current:
+        return False
+    return value != value or value > current
+
+
+def _put_first(
+    metrics: dict[str, MetricValue], key: str, pattern: re.Pattern[str], texts: tuple[str, ...]
+) -> None:
+    if key in metrics:
+        return
+    for text in texts:
+        match = pattern.search(text)
+        if match:
+            metrics[key] = float(match.group(1))
+            return
+
+
+def _line_at(text: str, index: int) -> str:
+    start = text.rfind("\n", 0, index) + 1
+    end = text.find("\n", index)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _number(literal: str) -> int | float:
+    return int(literal) if re.fullmatch(r"[-+]?\d+", literal) else float(literal)
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _fmt(value: MetricValue | None) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _truncate(text: str, limit: int = _REASON_LIMIT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
