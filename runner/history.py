@@ -1,0 +1,269 @@
+"""Read-only questions about git history: ranges, gitlinks, what a commit changed.
+
+The user's checkout is precious (often the only copy of the submodule objects on an offline NPU
+host), so nothing here writes to it: no fetch, no config, no index refresh. Every command runs
+with GIT_OPTIONAL_LOCKS=0 so even git's opportunistic index writes are off. Deciding what to test
+is the search engine's job; this module only reports what the history is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import git
+
+from runner.errors import BadInput, BisectError, SourceUnavailable
+
+GITLINK_MODE = "160000"
+METADATA_PATHS = frozenset({".gitmodules"})
+
+_INFO_FORMAT = "%H%x00%s%x00%an%x00%ae%x00%aI%x00%P"
+
+Direction = Literal["forward", "backward", "diverged", "added", "removed"]
+ChangeKind = Literal["unchanged", "pointer-only", "pointer-and-code"]
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    author: str
+    author_email: str
+    date: str  # author date, strict ISO 8601
+    parent: str | None  # first parent; None for a root commit
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a commit did to one gitlink, against its first parent."""
+
+    commit: str
+    parent: str | None
+    old: str | None
+    new: str | None
+    kind: ChangeKind
+    changed_paths: tuple[str, ...]  # everything else the commit changed (not the gitlink)
+
+    @property
+    def moved(self) -> bool:
+        return self.old != self.new
+
+
+def _open(path: Path) -> git.Git:
+    """A git runner for a work tree, a bare repository or a module git dir (.git/modules/<name>).
+
+    Discovery is fenced at `path` so a directory inside some other repository is not mistaken for
+    one; git dirs are given as GIT_DIR because a module dir's core.worktree may point nowhere.
+    """
+    path = path.resolve()
+    if not path.is_dir():
+        raise BadInput(f"not a git repository: {path}")
+    runner = git.Git(str(path))
+    env = {
+        "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CEILING_DIRECTORIES": str(path.parent),
+    }
+    if not (path / ".git").exists() and (path / "HEAD").is_file():
+        env["GIT_DIR"] = str(path)
+    runner.update_environment(**env)
+    try:
+        runner.rev_parse("--git-dir")
+    except git.GitCommandError:
+        raise BadInput(f"not a git repository: {path}") from None
+    return runner
+
+
+def _succeeds(runner: git.Git, *args: str) -> bool:
+    """Run a yes/no git command (exit 0 yes, 1 no); anything else is a real failure."""
+    try:
+        runner.execute(["git", *args])
+    except git.GitCommandError as error:
+        if error.status == 1:
+            return False
+        raise
+    return True
+
+
+def _has_commit(runner: git.Git, sha: str) -> bool:
+    try:
+        runner.execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"])
+    except git.GitCommandError:
+        return False
+    return True
+
+
+def _first_parent_chain(runner: git.Git, tip: str, stop: str) -> list[str] | None:
+    """Commits on tip's first-parent chain after `stop`, newest first; None if stop is not on it."""
+    lines = runner.rev_list("--first-parent", "--parents", tip, f"^{stop}").splitlines()
+    if not lines:
+        return [] if tip == stop else None
+    oldest = lines[-1].split()
+    if len(oldest) < 2 or oldest[1] != stop:
+        return None
+    return [line.split()[0] for line in lines]
+
+
+class History:
+    """One repository's history, asked about by commit."""
+
+    def __init__(self, repo: Path) -> None:
+        self.path = Path(repo)
+        self._git = _open(self.path)
+
+    def _run(self, command: str, *args: str, rev: str) -> str:
+        """Run a read-only git command about `rev`; a failure means the revision is unknown."""
+        try:
+            return getattr(self._git, command)(*args)
+        except git.GitCommandError:
+            raise BadInput(self._unknown(rev)) from None
+
+    def _unknown(self, rev: str) -> str:
+        return (
+            f"unknown revision {rev!r} in {self.path}: give a commit, branch or tag that "
+            "exists there (see `git log --first-parent --oneline`)"
+        )
+
+    def resolve(self, rev: str) -> str:
+        """Full SHA of a commit named any way git understands (short sha, branch, HEAD~2...)."""
+        if not rev or rev.startswith("-"):
+            raise BadInput(f"not a revision: {rev!r}")
+        try:
+            return self._git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}").strip()
+        except git.GitCommandError:
+            raise BadInput(self._unknown(rev)) from None
+
+    def first_parent_range(self, good: str, bad: str) -> list[str]:
+        """Candidates between the endpoints, oldest first, `bad` last and `good` excluded.
+
+        Only the first-parent chain: that is the sequence of states the branch was actually in,
+        which is what "the commit that broke it" means in a history with merges.
+        """
+        good_sha, bad_sha = self.resolve(good), self.resolve(bad)
+        if good_sha == bad_sha:
+            raise BadInput(f"good {good!r} and bad {bad!r} are the same commit {good_sha[:12]}")
+        if not _succeeds(self._git, "merge-base", "--is-ancestor", good_sha, bad_sha):
+            if _succeeds(self._git, "merge-base", "--is-ancestor", bad_sha, good_sha):
+                raise BadInput(f"good {good!r} is newer than bad {bad!r}: swap them")
+            raise BadInput(
+                f"good {good!r} is not an ancestor of bad {bad!r}: pick a good commit "
+                f"from `git log --first-parent {bad}`"
+            )
+        chain = _first_parent_chain(self._git, bad_sha, good_sha)
+        if chain is None:
+            raise BadInput(
+                f"good {good!r} is an ancestor of bad {bad!r} but not on its first-parent chain "
+                f"(it came in through a merge): pick one from `git log --first-parent {bad}`"
+            )
+        return chain[::-1]
+
+    def gitlink(self, commit: str, path: str = "runtime") -> str | None:
+        """The submodule commit pinned at `path`, or None when there is no gitlink there."""
+        listed = self._run("ls_tree", "-z", commit, "--", path, rev=commit)
+        for entry in listed.split("\0"):
+            meta, _, name = entry.partition("\t")
+            fields = meta.split()
+            if name == path and len(fields) == 3 and fields[0] == GITLINK_MODE:
+                return fields[2]
+        return None
+
+    def subject(self, commit: str) -> str:
+        return self._run("log", "-1", "--format=%s", commit, "--", rev=commit)
+
+    def commit_info(self, commit: str) -> CommitInfo:
+        shown = self._run("log", "-1", f"--format={_INFO_FORMAT}", commit, "--", rev=commit)
+        sha, subject, author, email, date, parents = shown.split("\0")
+        return CommitInfo(sha, subject, author, email, date, (parents.split() or [None])[0])
+
+    def parent(self, commit: str) -> str | None:
+        """First parent, or None for a root commit."""
+        return self.commit_info(commit).parent
+
+    def stat(self, commit: str) -> str:
+        """`git show --stat` against the first parent, for the report."""
+        return self._run("show", "--first-parent", "--stat", "--format=", commit, "--", rev=commit)
+
+    def patch(self, commit: str) -> str:
+        """The commit's diff against its first parent, for picking precision-relevant hunks."""
+        return self._run(
+            "show", "--first-parent", "--format=", "--no-color", "-U3", commit, "--", rev=commit
+        )
+
+    def merge_base(self, one: str, other: str) -> str | None:
+        try:
+            return self._git.merge_base(one, other).strip() or None
+        except git.GitCommandError:
+            return None
+
+    def classify(self, commit: str, path: str = "runtime") -> Change:
+        """What `commit` did to the gitlink at `path` and to everything else.
+
+        `.gitmodules` does not count as code: it says where a submodule lives, not what is built,
+        so a bump that also edits it is still pointer-only.
+        """
+        sha = self.resolve(commit)
+        parent = self.parent(sha)
+        old = self.gitlink(parent, path) if parent else None
+        new = self.gitlink(sha, path)
+        span = [parent, sha] if parent else ["--root", sha]
+        diffed = self._git.diff_tree(
+            "-r", "-z", "--no-commit-id", "--no-renames", "--name-only", *span, "--"
+        )
+        changed = tuple(sorted(p for p in diffed.split("\0") if p and p != path))
+        if old == new:
+            kind: ChangeKind = "unchanged"
+        elif set(changed) <= METADATA_PATHS:
+            kind = "pointer-only"
+        else:
+            kind = "pointer-and-code"
+        return Change(sha, parent, old, new, kind, changed)
+
+
+def pointer_states(
+    submodule_repo: Path | str, old: str | None, new: str | None
+) -> tuple[Direction, list[str]]:
+    """The submodule states a bump walks through, `old` first and `new` last.
+
+    Bisecting inside a bump means building the parent's pypto against each of these in turn, so
+    the order must be the one in which the pointer could have been moved: along first parents
+    forward, back along first parents for a backward bump, and via the merge base when the two
+    pointers diverged. A pointer that appears or disappears has nothing in between.
+    """
+    if new is None:
+        if old is None:
+            raise ValueError("pointer_states needs at least one pointer")
+        return "removed", [old]
+    if old is None:
+        return "added", [new]
+    if old == new:
+        raise ValueError(f"the pointer did not move ({old[:12]})")
+    runner = _open(Path(submodule_repo))
+    for sha in (old, new):
+        if not _has_commit(runner, sha):
+            raise SourceUnavailable(
+                f"submodule commit {sha[:12]} is not in {submodule_repo}: run "
+                "`git submodule update --init --recursive` where the upstream is reachable, or "
+                "give a mirror that has it"
+            )
+    if _succeeds(runner, "merge-base", "--is-ancestor", old, new):
+        return "forward", _forward(runner, old, new)
+    if _succeeds(runner, "merge-base", "--is-ancestor", new, old):
+        return "backward", _forward(runner, new, old)[::-1]
+    try:
+        base = runner.merge_base(old, new).strip()
+    except git.GitCommandError:
+        raise BisectError(
+            f"submodule commits {old[:12]} and {new[:12]} share no history: the bump cannot be "
+            "bisected; treat the pypto commit as the culprit"
+        ) from None
+    return "diverged", _forward(runner, base, old)[::-1] + _forward(runner, base, new)[1:]
+
+
+def _forward(runner: git.Git, start: str, end: str) -> list[str]:
+    """start, then the commits leading to end, oldest first (start is an ancestor of end)."""
+    chain = _first_parent_chain(runner, end, start)
+    if chain is None:
+        chain = runner.rev_list("--ancestry-path", "--topo-order", end, f"^{start}").split()
+    return [start, *chain[::-1]]

@@ -1,0 +1,323 @@
+"""The git history layer, on real generated pypto/simpler histories."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runner.errors import BadInput, SourceUnavailable
+from runner.history import History, pointer_states
+from runner.sample.histories import Sample, SampleSpec, git, make_sample
+
+BACKWARD = SampleSpec(bumps=((6, 6), (9, 4)))
+CODE_BUMP = SampleSpec(code_with_bump=frozenset({9}))
+
+
+@pytest.fixture(scope="module")
+def history(sample: Sample) -> History:
+    return History(sample.pypto)
+
+
+@dataclass
+class Merged:
+    """A copy of the sample's pypto with a side branch merged into main (pypto itself is linear)."""
+
+    repo: Path
+    side: str  # the side-branch commit, an ancestor of main's tip but not on its first parents
+    merge: str
+    before_merge: str
+
+
+@pytest.fixture(scope="module")
+def merged(sample: Sample, tmp_path_factory: pytest.TempPathFactory) -> Merged:
+    repo = tmp_path_factory.mktemp("merged") / "pypto"
+    git(repo.parent, "clone", "-q", "--no-checkout", str(sample.mirrors["pypto"]), str(repo))
+    before = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "side", sample.pypto_shas[5])
+    git(repo, "commit", "-q", "--allow-empty", "-m", "side work", when=30 * 86_400)
+    side = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge side", "side", when=31 * 86_400)
+    return Merged(repo, side, git(repo, "rev-parse", "HEAD"), before)
+
+
+@dataclass
+class Branched:
+    """A simpler clone with a side branch off index 5 (two commits) merged back at the tip."""
+
+    repo: Path
+    branch: list[str]
+    merge: str
+
+
+@pytest.fixture(scope="module")
+def branched(sample: Sample, tmp_path_factory: pytest.TempPathFactory) -> Branched:
+    repo = tmp_path_factory.mktemp("branched") / "simpler"
+    git(repo.parent, "clone", "-q", str(sample.mirrors["simpler"]), str(repo))
+    git(repo, "checkout", "-q", "-b", "experiment", sample.simpler_shas[5])
+    branch = []
+    for step in range(2):
+        (repo / "EXPERIMENT").write_text(f"step {step}\n")
+        git(repo, "add", "EXPERIMENT")
+        git(repo, "commit", "-q", "-m", f"experiment {step}", when=40 * 86_400 + step)
+        branch.append(git(repo, "rev-parse", "HEAD"))
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge experiment", "experiment", when=50 * 86_400)
+    return Branched(repo, branch, git(repo, "rev-parse", "HEAD"))
+
+
+# --- resolving revisions ----------------------------------------------------------------------
+
+
+def test_revisions_resolve_to_full_shas_however_they_are_named(sample, history):
+    tip = sample.pypto_shas[-1]
+    assert history.resolve(tip[:8]) == tip
+    assert history.resolve("main") == tip
+    assert history.resolve("HEAD") == tip
+    assert history.resolve("HEAD~2") == sample.pypto_shas[-3]
+
+
+@pytest.mark.parametrize("rev", ["no-such-branch", "deadbeef", "HEAD~99", "--all"])
+def test_an_unknown_revision_is_a_one_line_error_naming_it(history, rev):
+    with pytest.raises(BadInput) as caught:
+        history.resolve(rev)
+    message = str(caught.value)
+    assert rev in message
+    assert "\n" not in message
+
+
+def test_a_directory_that_is_not_a_repository_is_refused(sample, tmp_path):
+    for path in (tmp_path, sample.pypto / "pypto", tmp_path / "missing"):
+        with pytest.raises(BadInput, match="not a git repository"):
+            History(path)
+
+
+# --- first-parent ranges ----------------------------------------------------------------------
+
+
+def test_the_range_runs_oldest_first_from_after_good_to_bad(sample, history):
+    candidates = history.first_parent_range(sample.pypto_shas[2][:10], "HEAD")
+    assert candidates == sample.pypto_shas[3:]
+    assert len(history.first_parent_range("HEAD~1", "HEAD")) == 1
+
+
+def test_a_range_through_a_merge_follows_first_parents_only(sample, merged):
+    candidates = History(merged.repo).first_parent_range(sample.pypto_shas[4], "main")
+    assert candidates == [*sample.pypto_shas[5:], merged.merge]
+    assert merged.side not in candidates
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "complaint"),
+    [
+        ("HEAD~3", "HEAD~3", "same commit"),
+        ("HEAD", "HEAD~3", "swap them"),
+    ],
+)
+def test_endpoints_in_the_wrong_shape_are_refused(history, good, bad, complaint):
+    with pytest.raises(BadInput, match=complaint) as caught:
+        history.first_parent_range(good, bad)
+    assert good in str(caught.value)
+
+
+def test_a_good_commit_off_the_bad_commits_history_is_refused(merged):
+    with pytest.raises(BadInput, match="not an ancestor") as caught:
+        History(merged.repo).first_parent_range("side", merged.before_merge)
+    assert "'side'" in str(caught.value)
+
+
+def test_a_good_commit_merged_in_from_a_side_branch_is_refused(merged):
+    with pytest.raises(BadInput, match="not on its first-parent chain") as caught:
+        History(merged.repo).first_parent_range(merged.side[:12], "main")
+    assert merged.side[:12] in str(caught.value)
+
+
+# --- gitlinks and what each commit changed ----------------------------------------------------
+
+
+def test_the_runtime_gitlink_appears_where_it_was_added_and_follows_every_bump(sample, history):
+    for index, sha in enumerate(sample.pypto_shas):
+        assert history.gitlink(sha) == sample.gitlink(index)
+    assert [history.gitlink(sha) for sha in sample.pypto_shas[:3]] == [None, None, None]
+    assert history.gitlink(sample.pypto_shas[0], "3rdparty/libbacktrace") is None
+    assert (
+        history.gitlink(sample.pypto_shas[1], "3rdparty/libbacktrace")
+        == (sample.libbacktrace_shas[0])
+    )
+    assert history.gitlink("HEAD", "pypto") is None  # a directory, not a gitlink
+
+
+def test_bumps_are_found_by_the_gitlink_whatever_their_subject(sample, history):
+    moved = [i for i, sha in enumerate(sample.pypto_shas) if history.classify(sha).moved]
+    assert moved == [3, 6, 9]
+    assert "simpler" in history.subject(sample.pypto_shas[6]).lower()
+    assert history.subject(sample.pypto_shas[9]).startswith("update Simpler")
+
+
+def test_a_plain_code_commit_leaves_the_pointer_alone(sample, history):
+    change = history.classify(sample.pypto_shas[4])
+    assert change.kind == "unchanged"
+    assert not change.moved
+    assert change.old == change.new == sample.gitlink(4)
+    assert "pypto/__init__.py" in change.changed_paths
+    assert change.parent == sample.pypto_shas[3]
+
+
+def test_a_pure_bump_changes_only_the_pointer(sample, history):
+    change = history.classify(sample.pypto_shas[6])
+    assert change.kind == "pointer-only"
+    assert (change.old, change.new) == (sample.simpler_shas[2], sample.simpler_shas[6])
+    assert change.changed_paths == ()
+
+
+def test_a_bump_that_adapts_pypto_code_is_pointer_and_code(sample_factory):
+    sample = sample_factory(CODE_BUMP)
+    change = History(sample.pypto).classify(sample.pypto_shas[9])
+    assert change.kind == "pointer-and-code"
+    assert (change.old, change.new) == (sample.simpler_shas[6], sample.simpler_shas[8])
+    assert "pypto/__init__.py" in change.changed_paths
+    assert "runtime" not in change.changed_paths
+
+
+def test_the_commit_adding_the_runtime_moves_it_from_nothing(sample, history):
+    change = history.classify(sample.pypto_shas[3])
+    assert (change.old, change.new) == (None, sample.simpler_shas[2])
+    assert change.kind == "pointer-and-code"
+    assert ".gitmodules" in change.changed_paths
+
+
+def test_the_root_commit_is_compared_with_the_empty_tree(sample, history):
+    change = history.classify(sample.pypto_shas[0])
+    assert change.parent is None
+    assert change.kind == "unchanged"
+    assert {"pyproject.toml", "pypto/__init__.py"} <= set(change.changed_paths)
+
+
+def test_commit_info_carries_what_a_report_prints(sample, history):
+    info = history.commit_info(sample.pypto_shas[6][:9])
+    assert info.sha == sample.pypto_shas[6]
+    assert info.parent == sample.pypto_shas[5]
+    assert info.subject == history.subject(info.sha)
+    assert (info.author, info.author_email) == ("Sample Author", "author@example.com")
+    assert info.date.startswith("2024-01-")
+    assert history.commit_info(sample.pypto_shas[0]).parent is None
+
+
+# --- states inside a bump ---------------------------------------------------------------------
+
+
+def test_a_forward_bump_walks_simpler_first_parents_from_old_to_new(sample):
+    direction, states = pointer_states(sample.runtime_gitdir, sample.gitlink(5), sample.gitlink(6))
+    assert direction == "forward"
+    assert states == sample.simpler_shas[2:7]
+
+
+def test_a_backward_bump_walks_back_from_old_to_new(sample_factory):
+    sample = sample_factory(BACKWARD)
+    direction, states = pointer_states(sample.runtime_gitdir, sample.gitlink(8), sample.gitlink(9))
+    assert direction == "backward"
+    assert states == sample.simpler_shas[6:3:-1]
+
+
+def test_a_diverged_bump_goes_back_to_the_merge_base_then_forward(sample, branched):
+    old, new = branched.branch[-1], sample.simpler_shas[8]
+    direction, states = pointer_states(branched.repo, old, new)
+    assert direction == "diverged"
+    assert states == [*branched.branch[::-1], *sample.simpler_shas[5:9]]
+
+
+def test_a_forward_bump_off_the_first_parent_chain_follows_the_ancestry_path(branched):
+    direction, states = pointer_states(str(branched.repo), branched.branch[0], branched.merge)
+    assert direction == "forward"
+    assert states == [branched.branch[0], branched.branch[1], branched.merge]
+
+
+def test_a_pointer_that_appears_or_disappears_has_no_states_between(sample):
+    assert pointer_states(sample.runtime_gitdir, None, sample.simpler_shas[2]) == (
+        "added",
+        [sample.simpler_shas[2]],
+    )
+    assert pointer_states(sample.runtime_gitdir, sample.simpler_shas[2], None) == (
+        "removed",
+        [sample.simpler_shas[2]],
+    )
+
+
+def test_a_submodule_commit_missing_locally_is_source_unavailable(sample):
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    with pytest.raises(SourceUnavailable, match=missing[:12]):
+        pointer_states(sample.runtime_gitdir, sample.simpler_shas[2], missing)
+
+
+# --- the user's checkout ----------------------------------------------------------------------
+
+
+def test_asking_about_history_leaves_the_users_checkout_untouched(sample, checkout_state):
+    before = checkout_state(sample.pypto)
+    history = History(sample.pypto)
+    candidates = history.first_parent_range(sample.pypto_shas[0], "HEAD")
+    for sha in candidates:
+        change = history.classify(sha)
+        history.commit_info(sha)
+        if change.moved:
+            pointer_states(sample.runtime_gitdir, change.old, change.new)
+    history.gitlink("HEAD", "3rdparty/libbacktrace")
+    with pytest.raises(BadInput):
+        history.resolve("nope")
+    assert checkout_state(sample.pypto) == before
+
+
+# --- the sample itself ------------------------------------------------------------------------
+
+
+def test_the_sample_checkout_is_offline_but_holds_every_submodule_object(sample):
+    urls = subprocess.run(
+        ["git", "config", "--get-regexp", r"submodule\..*\.url"],
+        cwd=sample.pypto,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[1::2]
+    assert urls
+    assert not any(Path(url).exists() for url in urls)
+    modules = sample.pypto / ".git" / "modules"
+    for path in (modules / "simpler", modules / "simpler" / "modules" / "third_party" / "isa"):
+        assert History(path).resolve("HEAD")
+    for sha in sample.simpler_shas:
+        assert History(modules / "simpler").resolve(sha) == sha
+
+
+def test_the_same_spec_gives_the_same_shas_anywhere(sample, tmp_path):
+    again = make_sample(tmp_path / "again")
+    assert again.pypto_shas == sample.pypto_shas
+    assert again.simpler_shas == sample.simpler_shas
+    shutil.rmtree(tmp_path / "again")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"bumps": ((2, 4),)},
+        {"bumps": ((7, 6), (6, 5))},
+        {"bumps": ((6, 2),)},
+        {"pypto_regression_at": 6},
+        {"code_with_bump": frozenset({4})},
+        {"simpler_regression_at": 11},
+    ],
+)
+def test_an_impossible_sample_spec_is_refused(spec):
+    with pytest.raises(ValueError):
+        SampleSpec(**spec)
+
+
+def test_the_expected_culprit_descends_into_the_bump_that_brought_the_regression(sample_factory):
+    sample = sample_factory(SampleSpec(simpler_regression_at=7))
+    culprit = sample.expected_first_bad()
+    assert (culprit.pypto_index, culprit.simpler_index) == (9, 7)
+    assert culprit.simpler_sha == sample.simpler_shas[7]
+    code = SampleSpec(pypto_regression_at=7).bad
+    assert [code(i) for i in (6, 7, 12)] == [False, True, True]
