@@ -1,0 +1,450 @@
+"""The JSON ledger: the one record of a bisect session.
+
+It drives the search (verdicts already recorded are reused), makes a run resumable and
+replayable, and must survive a crash or a full disk at any moment. Hence: one exclusive lock
+per ledger, every write is a whole new document swapped in with ``os.replace``, and a file we
+cannot read is refused and left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Annotated, Any, Literal
+
+from filelock import FileLock, Timeout
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticSerializationError
+
+from runner.errors import InfrastructureError, LedgerError
+from runner.search import Verdict
+
+LEDGER_SCHEMA_VERSION = 1
+TOOL_NAME = "bisect-precision-docker"
+
+Level = Literal["pypto", "simpler", "split"]
+"""Which history an attempt belongs to; ``split`` = the code-vs-pointer half tests of a bump."""
+
+GitSha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")]
+"""A full lowercase object name (SHA-1, or SHA-256 for such repositories).
+
+Abbreviations are refused: they become ambiguous as history grows, and the shas end up in a
+``git bisect replay`` script.
+"""
+
+_TEMP_SUFFIX = ".tmp"
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV})
+
+
+class _Strict(BaseModel):
+    # Unknown fields are refused so that a foreign or newer file is never half-read.
+    # NaN/Infinity are written as the JSON5-style constants Python's json reads back, because a
+    # precision metric such as "max abs diff" can legitimately be NaN.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+class SessionInputs(_Strict):
+    """What identifies a session: a ledger is only valid for the inputs it was made for."""
+
+    pypto_repo: str
+    lib_repo: str
+    script: str
+    good: GitSha
+    bad: GitSha
+    platform: str
+    devices: list[str]
+    base_image: str
+    base_image_id: str
+    submodule_path: str = "runtime"
+    extra_args: list[str] = []
+    settings_digest: str = ""
+
+
+class Attempt(_Strict):
+    """One tested (pypto, simpler) pair: what was built, how it ran, and the verdict."""
+
+    run_id: str
+    level: Level
+    pypto_sha: GitSha
+    simpler_sha: GitSha | None
+    verdict: Verdict
+    reason: str = ""
+    exit_code: int | None = None
+    build_s: float = 0.0
+    run_s: float = 0.0
+    image_id: str | None = None
+    wheel_digests: dict[str, str] = {}
+    builds: dict[str, str] = {}
+    log_path: str | None = None
+    artifacts_dir: str | None = None
+    metrics: dict[str, float | int | str] = {}
+    device: str | None = None
+    started_at: datetime
+    finished_at: datetime
+
+
+class LedgerDocument(_Strict):
+    """The whole file. Attempts are kept in the order they were recorded."""
+
+    tool: Literal["bisect-precision-docker"] = TOOL_NAME
+    schema_version: int = LEDGER_SCHEMA_VERSION
+    tool_version: str
+    created_at: datetime
+    inputs: SessionInputs
+    attempts: list[Attempt] = []
+
+    @model_validator(mode="after")
+    def _run_ids_are_unique(self) -> LedgerDocument:
+        # run_id names runs/<run_id>/: two attempts sharing one would share logs and artifacts.
+        seen: set[str] = set()
+        for attempt in self.attempts:
+            if attempt.run_id in seen:
+                raise ValueError(f"run_id {attempt.run_id!r} appears more than once")
+            seen.add(attempt.run_id)
+        return self
+
+
+class Ledger:
+    """An open, locked ledger. Use :meth:`open`; close it (or use ``with``) to release the lock."""
+
+    def __init__(self, path: Path, lock: FileLock, document: LedgerDocument) -> None:
+        self._path = path
+        self._lock: FileLock | None = lock
+        self._document = document
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        inputs: SessionInputs,
+        *,
+        tool_version: str,
+        new_session: bool = False,
+    ) -> Ledger:
+        """Lock ``path`` and load it, or start a new document when there is none.
+
+        An existing ledger for other inputs is refused unless ``new_session``, which moves any
+        existing file aside as ``<name>.<UTC timestamp>.bak`` (byte-identical) and starts over.
+        """
+        path = Path(path).absolute()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InfrastructureError(
+                f"cannot create the ledger directory {path.parent}: {_reason(exc)}; "
+                "check the --workdir path and its permissions"
+            ) from exc
+        lock_path = _lock_path(path)
+        lock = FileLock(str(lock_path))
+        try:
+            lock.acquire(blocking=False)
+        except Timeout as exc:
+            raise LedgerError(
+                f"ledger {path} is in use by another run (lock {lock_path}); "
+                "wait for it or use another --workdir"
+            ) from exc
+        except OSError as exc:
+            raise InfrastructureError(
+                f"cannot lock the ledger {path} ({lock_path}): {_reason(exc)}; "
+                "check the --workdir permissions"
+            ) from exc
+        try:
+            _remove_stale_temp_files(path)
+            document: LedgerDocument | None = None
+            if path.exists() or path.is_symlink():
+                if new_session:
+                    _back_up(path)
+                else:
+                    document = _load(path)
+                    _check_same_session(path, document.inputs, inputs)
+            if document is None:
+                document = LedgerDocument(
+                    tool_version=tool_version,
+                    created_at=datetime.now(timezone.utc),
+                    inputs=inputs.model_copy(deep=True),
+                )
+                _atomic_write(path, _serialize(document))
+            return cls(path, lock, document)
+        except BaseException:
+            lock.release()
+            raise
+
+    @staticmethod
+    def read(path: Path) -> LedgerDocument:
+        """Load a ledger without locking it (status, report): writers only ever swap whole files."""
+        path = Path(path)
+        if not (path.exists() or path.is_symlink()):
+            raise LedgerError(f"no ledger at {path}; start a bisect with this --workdir first")
+        return _load(path)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def document(self) -> LedgerDocument:
+        return self._document
+
+    def record(self, attempt: Attempt) -> None:
+        """Append ``attempt`` and persist the whole ledger before returning.
+
+        The new document is validated as it will be read back before it replaces the old file, so
+        an attempt that was mutated into an invalid state can never make the ledger unreadable.
+        """
+        self._require_open()
+        if any(known.run_id == attempt.run_id for known in self._document.attempts):
+            raise LedgerError(
+                f"run {attempt.run_id!r} is already in the ledger {self._path}; "
+                "every attempt needs a new run_id"
+            )
+        candidate = self._document.model_copy(
+            update={"attempts": [*self._document.attempts, attempt]}
+        )
+        try:
+            text = _serialize(candidate)
+            checked = LedgerDocument.model_validate_json(text)
+        except (PydanticSerializationError, ValidationError) as exc:
+            raise LedgerError(
+                f"refusing to record run {attempt.run_id!r} in {self._path}: it is not a valid "
+                f"attempt ({_summarize(exc)}); the ledger was left unchanged"
+            ) from exc
+        _atomic_write(self._path, text)
+        self._document = checked
+
+    def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
+        """The latest attempt for exactly this pair (``simpler_sha`` None = no runtime gitlink)."""
+        for attempt in reversed(self._document.attempts):
+            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha:
+                return attempt
+        return None
+
+    def attempts_for(self, level: Level) -> list[Attempt]:
+        return [attempt for attempt in self._document.attempts if attempt.level == level]
+
+    def close(self) -> None:
+        """Release the lock; the document stays readable, but nothing more can be recorded."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _require_open(self) -> None:
+        if self._lock is None:
+            raise LedgerError(f"ledger {self._path} is closed; open it again to record attempts")
+
+
+def to_git_bisect_log(doc: LedgerDocument, subjects: Mapping[str, str] | None = None) -> str:
+    """A ``git bisect log`` of the pypto-level attempts, for ``git bisect replay``.
+
+    Each commit appears once, with its latest verdict (as :meth:`Ledger.find` would reuse it), at
+    the place that verdict was recorded: git keeps only one bad ref but a good ref per commit, so
+    replaying both verdicts of a flaky commit would leave it good and bad at once. The endpoints
+    come from ``git bisect start``; attempts on them (endpoint checks) add nothing for git.
+    """
+    subjects = subjects or {}
+    good, bad = doc.inputs.good, doc.inputs.bad
+    latest: dict[str, Attempt] = {}
+    for attempt in doc.attempts:
+        if attempt.level != "pypto" or attempt.pypto_sha in (good, bad):
+            continue
+        latest.pop(attempt.pypto_sha, None)
+        latest[attempt.pypto_sha] = attempt
+
+    def comment(term: str, sha: str) -> str:
+        subject = subjects.get(sha, "").splitlines()
+        return f"# {term}: [{sha}] {subject[0]}" if subject else f"# {term}: [{sha}]"
+
+    lines = [comment("bad", bad), comment("good", good), f"git bisect start '{bad}' '{good}'"]
+    for sha, attempt in latest.items():
+        term = attempt.verdict.value
+        lines += [comment(term, sha), f"git bisect {term} {sha}"]
+    return "\n".join(lines) + "\n"
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _serialize(document: LedgerDocument) -> str:
+    return document.model_dump_json(indent=2, warnings="error") + "\n"
+
+
+def _load(path: Path) -> LedgerDocument:
+    untouched = "it was left untouched"
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger {path}: {_reason(exc)}") from exc
+    try:
+        data: Any = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LedgerError(
+            f"ledger {path} is not valid JSON ({exc}); {untouched}: move it aside or pass "
+            "--new-session to start over (the old file is kept as a backup)"
+        ) from exc
+    if not isinstance(data, dict) or data.get("tool") != TOOL_NAME:
+        tool = data.get("tool") if isinstance(data, dict) else None
+        who = f"it says tool={tool!r}" if tool is not None else "it has no 'tool' field"
+        raise LedgerError(
+            f"{path} is not a {TOOL_NAME} ledger ({who}); {untouched}: use another --workdir"
+        )
+    version = data.get("schema_version")
+    if type(version) is not int:
+        raise LedgerError(
+            f"ledger {path} has no valid schema_version ({version!r}); {untouched}: move it "
+            "aside or pass --new-session to start over (the old file is kept as a backup)"
+        )
+    if version > LEDGER_SCHEMA_VERSION:
+        raise LedgerError(
+            f"ledger {path} has schema version {version}, newer than this tool's "
+            f"{LEDGER_SCHEMA_VERSION}; {untouched}: upgrade {TOOL_NAME} to resume it"
+        )
+    try:
+        return LedgerDocument.model_validate_json(raw)
+    except ValidationError as exc:
+        raise LedgerError(
+            f"ledger {path} is damaged ({_summarize(exc)}); {untouched}: move it aside or pass "
+            "--new-session to start over (the old file is kept as a backup)"
+        ) from exc
+
+
+def _check_same_session(path: Path, recorded: SessionInputs, wanted: SessionInputs) -> None:
+    old, new = recorded.model_dump(), wanted.model_dump()
+    differing = [name for name in SessionInputs.model_fields if old[name] != new[name]]
+    if differing:
+        details = "; ".join(f"{name}: {old[name]!r} -> {new[name]!r}" for name in differing)
+        raise LedgerError(
+            f"ledger {path} belongs to another session ({details}); pass --new-session to start "
+            "over (the old ledger is kept as a backup)"
+        )
+
+
+def _back_up(path: Path) -> Path:
+    """Move ``path`` aside without ever replacing an earlier backup."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1000):
+        backup = path.with_name(f"{path.name}.{stamp if n == 0 else f'{stamp}-{n}'}.bak")
+        try:
+            # A hard link fails when the name is taken, where a rename would silently clobber.
+            os.link(path, backup, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise _backup_failed(path, backup, exc) from exc
+            if backup.exists() or backup.is_symlink():
+                continue
+            try:
+                os.rename(path, backup)
+            except OSError as rename_exc:
+                raise _backup_failed(path, backup, rename_exc) from rename_exc
+        else:
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                raise _backup_failed(path, backup, exc) from exc
+        _fsync_dir(path.parent)
+        return backup
+    raise InfrastructureError(f"cannot find a free backup name for the ledger {path}")
+
+
+def _backup_failed(path: Path, backup: Path, exc: OSError) -> InfrastructureError:
+    return InfrastructureError(f"cannot back up the ledger {path} to {backup}: {_reason(exc)}")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader (or a crash) sees the old or the new file."""
+    data = text.encode("utf-8")
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        mode = 0o644
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
+    except OSError as exc:
+        raise _write_failed(path, exc) from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise _write_failed(path, exc) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename durable across power loss; best effort, as some filesystems refuse it.
+
+    By the time this runs the new file is already in place, so failing here would only make
+    the caller's view of the ledger disagree with the disk.
+    """
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _remove_stale_temp_files(path: Path) -> None:
+    """Delete temp files a killed writer left behind; only called while holding the lock."""
+    for stale in path.parent.glob(f".{path.name}.*{_TEMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def _write_failed(path: Path, exc: OSError) -> InfrastructureError:
+    return InfrastructureError(
+        f"cannot write the ledger {path}: {_reason(exc)}; the previous ledger is intact: "
+        "free disk space or fix permissions, then run again to resume"
+    )
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno is not None and exc.strerror:
+        return f"{exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    return str(exc)
+
+
+def _summarize(exc: ValidationError | PydanticSerializationError) -> str:
+    if isinstance(exc, PydanticSerializationError):
+        return str(exc)
+    errors = exc.errors()
+    parts = [
+        f"{'.'.join(str(loc) for loc in error['loc']) or '<document>'}: {error['msg']}"
+        for error in errors[:3]
+    ]
+    more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
+    return "; ".join(parts) + more

@@ -1,0 +1,686 @@
+"""The ledger: resumable, refuses what it cannot trust, and survives being killed mid-write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runner.errors import LedgerError
+from runner.ledger import (
+    LEDGER_SCHEMA_VERSION,
+    Attempt,
+    Ledger,
+    LedgerDocument,
+    SessionInputs,
+    to_git_bisect_log,
+)
+from runner.search import Verdict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def sha(label: object) -> str:
+    return hashlib.sha1(str(label).encode()).hexdigest()
+
+
+def make_inputs(tmp_path: Path, **changes: object) -> SessionInputs:
+    fields: dict[str, object] = {
+        "pypto_repo": str(tmp_path / "pypto"),
+        "lib_repo": str(tmp_path / "pypto-lib"),
+        "script": "models/sample/decode_fwd.py",
+        "good": sha("good"),
+        "bad": sha("bad"),
+        "platform": "a2a3sim",
+        "devices": ["0"],
+        "base_image": "bisect-precision-test-base:bookworm",
+        "base_image_id": "sha256:" + hashlib.sha256(b"base").hexdigest(),
+        "settings_digest": "sha256:settings-v1",
+    }
+    fields.update(changes)
+    return SessionInputs.model_validate(fields)
+
+
+def make_attempt(
+    run_id: str,
+    pypto_sha: str,
+    simpler_sha: str | None = None,
+    verdict: Verdict = Verdict.GOOD,
+    level: str = "pypto",
+    **extra: object,
+) -> Attempt:
+    fields: dict[str, object] = {
+        "run_id": run_id,
+        "level": level,
+        "pypto_sha": pypto_sha,
+        "simpler_sha": simpler_sha,
+        "verdict": verdict,
+        "reason": "[RUN] PASS" if verdict is Verdict.GOOD else "does not match golden",
+        "exit_code": 0 if verdict is Verdict.GOOD else 1,
+        "build_s": 41.5,
+        "run_s": 3.25,
+        "wheel_digests": {"pypto": "sha256:" + sha(pypto_sha)},
+        "builds": {"pypto": "built", "simpler": "cached"},
+        "metrics": {"mismatched": 0 if verdict is Verdict.GOOD else 1, "max_abs_diff": 0.5},
+        "device": "0",
+        "started_at": T0,
+        "finished_at": T0 + timedelta(seconds=45),
+    }
+    fields.update(extra)
+    return Attempt.model_validate(fields)
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "work" / "ledger.json"
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> SessionInputs:
+    return make_inputs(tmp_path)
+
+
+def write_json(path: Path, data: object) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path.read_bytes()
+
+
+def stray_temp_files(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+def run_python(script: str, *args: str, **popen: object) -> subprocess.Popen[str]:
+    """Start a real second process that uses the ledger, as another run of the tool would."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        **popen,  # type: ignore[arg-type]
+    )
+
+
+# --- round trip and reuse ---------------------------------------------------------------------
+
+
+def test_a_resumed_session_sees_every_recorded_attempt(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    first = make_attempt("run-0001", sha(3), sha("s1"), Verdict.GOOD)
+    second = make_attempt("run-0002", sha(5), sha("s2"), Verdict.BAD, exit_code=1)
+
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        assert ledger.path == ledger_path
+        assert ledger.document.attempts == []
+        ledger.record(first)
+        ledger.record(second)
+
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as resumed:
+        assert resumed.document.attempts == [first, second]
+        assert resumed.document.inputs == inputs
+    assert Ledger.read(ledger_path).attempts == [first, second]
+
+    text = ledger_path.read_text()
+    assert text.startswith('{\n  "tool": "bisect-precision-docker",\n  "schema_version": 1,')
+    assert text.endswith("}\n")
+    assert json.loads(text)["attempts"][1]["verdict"] == "bad"
+
+
+def test_a_verdict_is_reused_only_for_the_exact_pypto_simpler_pair(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(7), sha("s-old"), Verdict.BAD))
+        ledger.record(make_attempt("r2", sha(7), None, Verdict.GOOD))
+        ledger.record(make_attempt("r3", sha(7), sha("s-old"), Verdict.SKIP))
+
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        latest = ledger.find(sha(7), sha("s-old"))
+        assert latest is not None
+        assert (latest.run_id, latest.verdict) == ("r3", Verdict.SKIP)
+        pre_submodule = ledger.find(sha(7), None)
+        assert pre_submodule is not None and pre_submodule.run_id == "r2"
+        assert ledger.find(sha(7), sha("s-new")) is None
+        assert ledger.find(sha(8), None) is None
+
+
+def test_attempts_are_listed_per_level_in_recorded_order(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("p1", sha(1), sha("s"), level="pypto"))
+        ledger.record(make_attempt("s1", sha(9), sha("s1"), level="simpler"))
+        ledger.record(make_attempt("x1", sha(9), sha("s"), level="split"))
+        ledger.record(make_attempt("p2", sha(2), sha("s"), level="pypto"))
+        assert [a.run_id for a in ledger.attempts_for("pypto")] == ["p1", "p2"]
+        assert [a.run_id for a in ledger.attempts_for("simpler")] == ["s1"]
+        assert [a.run_id for a in ledger.attempts_for("split")] == ["x1"]
+
+
+def test_a_newer_tool_version_resumes_an_older_ledger(
+    tmp_path: Path, inputs: SessionInputs
+) -> None:
+    path = tmp_path / "ledger.json"
+    with Ledger.open(path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+    with Ledger.open(path, inputs, tool_version="0.2.0") as ledger:
+        assert ledger.document.tool_version == "0.1.0"
+        assert [a.run_id for a in ledger.document.attempts] == ["r1"]
+
+
+def test_a_metric_of_nan_or_infinity_survives_the_round_trip(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    metrics = {"max_abs_diff": float("nan"), "ratio": float("inf"), "count": 3, "cmp": "ratio"}
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1), verdict=Verdict.BAD, metrics=metrics))
+    read = Ledger.read(ledger_path).attempts[0].metrics
+    assert read["max_abs_diff"] != read["max_abs_diff"]
+    assert read["ratio"] == float("inf")
+    assert read["count"] == 3 and type(read["count"]) is int
+    assert read["cmp"] == "ratio"
+
+
+# --- what is refused --------------------------------------------------------------------------
+
+
+HOLD_LOCK = """
+import sys
+from pathlib import Path
+from runner.ledger import Ledger, SessionInputs
+inputs = SessionInputs.model_validate_json(sys.argv[2])
+with Ledger.open(Path(sys.argv[1]), inputs, tool_version="holder"):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_run_is_refused_while_another_process_holds_the_ledger(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    holder = run_python(
+        HOLD_LOCK, str(ledger_path), inputs.model_dump_json(), stdin=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "locked\n"
+        lock = f"{ledger_path}.lock"
+        with pytest.raises(LedgerError) as refused:
+            Ledger.open(ledger_path, inputs, tool_version="0.1.0")
+        assert str(refused.value) == (
+            f"ledger {ledger_path} is in use by another run (lock {lock}); "
+            "wait for it or use another --workdir"
+        )
+        # status and report read without the lock while the run goes on
+        assert Ledger.read(ledger_path).tool_version == "holder"
+        holder.stdin.close()
+        assert holder.wait(timeout=10) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        assert ledger.document.tool_version == "holder"
+
+
+def test_a_closed_ledger_releases_its_lock_and_records_nothing(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    ledger = Ledger.open(ledger_path, inputs, tool_version="0.1.0")
+    ledger.close()
+    with pytest.raises(LedgerError, match="is closed"):
+        ledger.record(make_attempt("late", sha(1)))
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as again:
+        assert again.document.attempts == []
+
+
+def test_a_file_that_is_not_json_is_refused_and_left_untouched(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    ledger_path.parent.mkdir(parents=True)
+    ledger_path.write_bytes(b'{"tool": "bisect-precision-docker", "attem')
+    before = ledger_path.read_bytes()
+    with pytest.raises(LedgerError, match=r"is not valid JSON.*left untouched"):
+        Ledger.open(ledger_path, inputs, tool_version="0.1.0")
+    with pytest.raises(LedgerError, match=r"is not valid JSON"):
+        Ledger.read(ledger_path)
+    assert ledger_path.read_bytes() == before
+    # the refusal released the lock, and --new-session sets the damaged file aside as it was
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0", new_session=True) as ledger:
+        assert ledger.document.attempts == []
+    (backup,) = ledger_path.parent.glob("ledger.json.*.bak")
+    assert backup.read_bytes() == before
+
+
+def test_another_tools_json_is_refused_and_left_untouched(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    before = write_json(ledger_path, {"tool": "git-bayesect", "schema_version": 1, "log": []})
+    with pytest.raises(LedgerError, match=r"not a bisect-precision-docker ledger.*git-bayesect"):
+        Ledger.open(ledger_path, inputs, tool_version="0.1.0")
+    assert ledger_path.read_bytes() == before
+
+    before = write_json(ledger_path, [1, 2, 3])
+    with pytest.raises(LedgerError, match=r"no 'tool' field.*left untouched"):
+        Ledger.read(ledger_path)
+    assert ledger_path.read_bytes() == before
+
+
+def test_a_ledger_from_a_newer_schema_is_refused_with_an_upgrade_hint(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+    data = json.loads(ledger_path.read_text())
+    data["schema_version"] = LEDGER_SCHEMA_VERSION + 1
+    data["attempts"][0]["confidence"] = 0.99
+    before = write_json(ledger_path, data)
+    with pytest.raises(LedgerError, match=r"schema version 2, newer.*upgrade"):
+        Ledger.open(ledger_path, inputs, tool_version="0.1.0")
+    assert ledger_path.read_bytes() == before
+
+
+def test_a_damaged_ledger_names_the_bad_field(ledger_path: Path, inputs: SessionInputs) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+    data = json.loads(ledger_path.read_text())
+    data["attempts"][0]["verdict"] = "maybe"
+    before = write_json(ledger_path, data)
+    with pytest.raises(LedgerError, match=r"damaged \(attempts\.0\.verdict: .*left untouched"):
+        Ledger.open(ledger_path, inputs, tool_version="0.1.0")
+    assert ledger_path.read_bytes() == before
+
+
+def test_a_ledger_for_other_inputs_is_refused_naming_what_differs(
+    tmp_path: Path, ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+    before = ledger_path.read_bytes()
+    other = make_inputs(tmp_path, bad=sha("other-bad"), settings_digest="sha256:settings-v2")
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(ledger_path, other, tool_version="0.1.0")
+    message = str(refused.value)
+    assert "bad: " in message and sha("other-bad") in message
+    assert "settings_digest: 'sha256:settings-v1' -> 'sha256:settings-v2'" in message
+    assert "platform" not in message and "good:" not in message
+    assert "pass --new-session to start over (the old ledger is kept as a backup)" in message
+    assert ledger_path.read_bytes() == before
+
+
+def test_a_new_session_keeps_the_old_ledger_as_a_byte_identical_backup(
+    tmp_path: Path, ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+    first_old = ledger_path.read_bytes()
+    other = make_inputs(tmp_path, platform="a5sim")
+
+    with Ledger.open(ledger_path, other, tool_version="0.1.0", new_session=True) as ledger:
+        assert ledger.document.inputs == other
+        assert ledger.document.attempts == []
+        ledger.record(make_attempt("r2", sha(2)))
+    second_old = ledger_path.read_bytes()
+    # a second new session within the same second must not clobber the first backup
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0", new_session=True) as ledger:
+        assert ledger.document.attempts == []
+
+    backups = sorted(ledger_path.parent.glob("ledger.json.*.bak"), key=lambda p: p.stat().st_mtime)
+    assert len(backups) == 2
+    assert sorted(p.read_bytes() for p in backups) == sorted([first_old, second_old])
+    for backup in backups:
+        stamp = backup.name.removeprefix("ledger.json.").removesuffix(".bak").split("-")[0]
+        assert datetime.strptime(stamp, "%Y%m%dT%H%M%SZ")
+    assert Ledger.read(ledger_path).inputs == inputs
+
+
+def test_a_duplicate_run_id_or_an_invalid_attempt_is_refused_and_the_file_kept(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+        before = ledger_path.read_bytes()
+        with pytest.raises(LedgerError, match="'r1' is already in the ledger"):
+            ledger.record(make_attempt("r1", sha(2)))
+        mutated = make_attempt("r2", sha(2))
+        mutated.verdict = "probably-bad"  # type: ignore[assignment]
+        with pytest.raises(LedgerError, match="refusing to record run 'r2'"):
+            ledger.record(mutated)
+        assert ledger_path.read_bytes() == before
+        assert [a.run_id for a in ledger.document.attempts] == ["r1"]
+    assert [a.run_id for a in Ledger.read(ledger_path).attempts] == ["r1"]
+
+
+def test_a_missing_ledger_cannot_be_read(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match=r"no ledger at .*start a bisect"):
+        Ledger.read(tmp_path / "nowhere" / "ledger.json")
+
+
+FILL_THE_DISK = """
+import resource, sys
+from pathlib import Path
+from runner.errors import InfrastructureError
+from runner.ledger import Attempt, Ledger, SessionInputs
+path = Path(sys.argv[1])
+inputs = SessionInputs.model_validate_json(sys.argv[2])
+attempt = Attempt.model_validate_json(sys.argv[3])
+with Ledger.open(path, inputs, tool_version="0.1.0") as ledger:
+    # files may not grow past the current ledger: the next write hits EFBIG like a full disk
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 64, hard))
+    try:
+        ledger.record(attempt)
+    except InfrastructureError as exc:
+        print(len(ledger.document.attempts), exc)
+"""
+
+
+def test_a_failed_write_keeps_the_previous_ledger_and_says_why(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(1)))
+    before = ledger_path.read_bytes()
+    big = make_attempt("r2", sha(2), reason="x" * 4096)
+    child = run_python(
+        FILL_THE_DISK, str(ledger_path), inputs.model_dump_json(), big.model_dump_json()
+    )
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 0
+    assert out.startswith(f"1 cannot write the ledger {ledger_path}: File too large (EFBIG)")
+    assert "the previous ledger is intact" in out
+    assert ledger_path.read_bytes() == before
+    assert stray_temp_files(ledger_path.parent) == []
+
+
+# --- crash safety -----------------------------------------------------------------------------
+
+
+RECORD_FOREVER = """
+import itertools, sys
+from pathlib import Path
+from runner.ledger import Attempt, Ledger, SessionInputs
+path, generation = Path(sys.argv[1]), sys.argv[2]
+inputs = SessionInputs.model_validate_json(sys.argv[3])
+template = Attempt.model_validate_json(sys.argv[4])
+with Ledger.open(path, inputs, tool_version="0.1.0") as ledger:
+    print("open", flush=True)
+    for i in itertools.count():
+        run_id = f"g{generation}-{i}"
+        ledger.record(template.model_copy(update={"run_id": run_id, "metrics": {"i": i}}))
+        print(run_id, flush=True)
+"""
+
+
+@dataclass
+class Generation:
+    """One writer process: the run ids it reported, and what the ledger held after its death."""
+
+    number: int
+    reported: list[str]
+    recorded: list[str]
+
+
+@pytest.mark.timeout(90)
+def test_killing_the_writer_at_random_moments_never_loses_or_tears_a_record(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    rng = random.Random(20250301)
+    template = make_attempt("template", sha(4), sha("s"), Verdict.BAD, reason="y" * 300)
+    previous: list[str] = []
+    generations: list[Generation] = []
+    for number in range(33):
+        child = run_python(
+            RECORD_FOREVER,
+            str(ledger_path),
+            str(number),
+            inputs.model_dump_json(),
+            template.model_dump_json(),
+        )
+        assert child.stdout is not None
+        if number % 6 == 5:
+            # now and then anywhere, even while the child starts or opens the ledger
+            time.sleep(rng.uniform(0.0, 0.3))
+        else:
+            assert child.stdout.readline() == "open\n", "the writer died before recording"
+            time.sleep(rng.uniform(0.02, 0.15))
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate()
+        assert child.returncode == -signal.SIGKILL
+        complete_lines = [line for line in out.splitlines(keepends=True) if line.endswith("\n")]
+        reported = [line.strip() for line in complete_lines if line != "open\n"]
+
+        if not ledger_path.exists():  # killed before the new ledger was first written
+            assert reported == []
+            generations.append(Generation(number, [], []))
+            continue
+        document = Ledger.read(ledger_path)  # parses and validates, or raises
+        ids = [a.run_id for a in document.attempts]
+        assert ids[: len(previous)] == previous, "an earlier record changed or vanished"
+        mine = ids[len(previous) :]
+        assert mine == [f"g{number}-{i}" for i in range(len(mine))]
+        # every reported run is on disk; at most the one in flight when killed is extra
+        assert mine[: len(reported)] == reported
+        assert len(mine) - len(reported) in (0, 1)
+        for i, attempt in enumerate(document.attempts[len(previous) :]):
+            assert attempt.model_copy(update={"run_id": "template", "metrics": {}}) == (
+                template.model_copy(update={"metrics": {}})
+            )
+            assert attempt.metrics == {"i": i}
+        previous = ids
+        generations.append(Generation(number, reported, mine))
+
+    killed_while_recording = [g for g in generations if g.reported]
+    assert len(killed_while_recording) >= 20, "the kills must land while attempts are recorded"
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        assert [a.run_id for a in ledger.document.attempts] == previous
+    assert stray_temp_files(ledger_path.parent) == []
+
+
+# --- property: whatever is recorded reads back unchanged --------------------------------------
+
+shas = st.text(alphabet="0123456789abcdef", min_size=40, max_size=40)
+short_text = st.text(max_size=20)
+moments = st.datetimes(
+    timezones=st.sampled_from([None, timezone.utc, timezone(timedelta(hours=5, minutes=30))])
+)
+attempt_fields = st.fixed_dictionaries(
+    {
+        "level": st.sampled_from(["pypto", "simpler", "split"]),
+        "pypto_sha": shas,
+        "simpler_sha": st.none() | shas,
+        "verdict": st.sampled_from(list(Verdict)),
+        "reason": st.text(),
+        "exit_code": st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        "build_s": st.floats(),
+        "run_s": st.floats(),
+        "image_id": st.none() | short_text,
+        "wheel_digests": st.dictionaries(st.sampled_from(["pypto", "simpler"]), short_text),
+        "builds": st.dictionaries(
+            st.sampled_from(["pypto", "simpler"]),
+            st.sampled_from(["built", "cached", "failed", "failed-cached"]),
+        ),
+        "log_path": st.none() | short_text,
+        "artifacts_dir": st.none() | short_text,
+        "metrics": st.dictionaries(
+            short_text,
+            st.floats() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | short_text,
+            max_size=4,
+        ),
+        "device": st.none() | short_text,
+        "started_at": moments,
+        "finished_at": moments,
+    }
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(attempt_fields, max_size=6))
+def test_any_list_of_attempts_reads_back_exactly_as_recorded(fields: list[dict]) -> None:
+    attempts = [Attempt(run_id=f"run-{i}", **f) for i, f in enumerate(fields)]
+    with tempfile.TemporaryDirectory() as workdir:
+        path = Path(workdir) / "ledger.json"
+        inputs = make_inputs(Path(workdir))
+        with Ledger.open(path, inputs, tool_version="0.1.0") as ledger:
+            for attempt in attempts:
+                ledger.record(attempt)
+        read: LedgerDocument = Ledger.read(path)
+
+    # compared as JSON: NaN never equals itself, and the text shows an int turned float
+    assert [a.model_dump_json() for a in read.attempts] == [a.model_dump_json() for a in attempts]
+    for got, recorded in zip(read.attempts, attempts, strict=True):
+        assert got.started_at.utcoffset() == recorded.started_at.utcoffset()
+        assert {k: type(v) for k, v in got.metrics.items()} == {
+            k: type(v) for k, v in recorded.metrics.items()
+        }
+
+
+# --- git bisect log ---------------------------------------------------------------------------
+
+
+@dataclass
+class LinearHistory:
+    path: Path
+    shas: list[str]  # oldest first
+    subjects: dict[str, str]
+
+    def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_NAME": "Ledger Test",
+            "GIT_AUTHOR_EMAIL": "ledger@example.invalid",
+            "GIT_COMMITTER_NAME": "Ledger Test",
+            "GIT_COMMITTER_EMAIL": "ledger@example.invalid",
+        }
+        return subprocess.run(
+            ["git", *args], cwd=self.path, env=env, text=True, capture_output=True, check=check
+        )
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> LinearHistory:
+    """Eight commits c0..c7 on one branch, like a slice of pypto's first-parent history."""
+    repo = LinearHistory(tmp_path / "pypto", [], {})
+    repo.path.mkdir()
+    repo.git("init", "-q", "-b", "main")
+    for n in range(8):
+        (repo.path / "factor.txt").write_text(f"{n}\n")
+        repo.git("add", "factor.txt")
+        repo.git("commit", "-q", "-m", f"step {n}: tune the decode kernel")
+        head = repo.git("rev-parse", "HEAD").stdout.strip()
+        repo.shas.append(head)
+        repo.subjects[head] = f"step {n}: tune the decode kernel"
+    return repo
+
+
+def replay(history: LinearHistory, doc: LedgerDocument) -> subprocess.CompletedProcess[str]:
+    log = history.path.parent / "bisect.log"
+    log.write_text(to_git_bisect_log(doc, history.subjects))
+    return history.git("bisect", "replay", str(log), check=False)
+
+
+def bisect_document(history: LinearHistory, attempts: list[Attempt]) -> LedgerDocument:
+    c = history.shas
+    inputs = make_inputs(history.path.parent, good=c[0], bad=c[7], pypto_repo=str(history.path))
+    return LedgerDocument(tool_version="0.1.0", created_at=T0, inputs=inputs, attempts=attempts)
+
+
+def test_git_bisect_replay_of_a_finished_ledger_names_the_same_first_bad_commit(
+    history: LinearHistory,
+) -> None:
+    c = history.shas
+    doc = bisect_document(
+        history,
+        [
+            make_attempt("e1", c[0], verdict=Verdict.GOOD),  # endpoint checks
+            make_attempt("e2", c[7], verdict=Verdict.BAD),
+            make_attempt("r1", c[3], verdict=Verdict.GOOD),
+            make_attempt("r2", c[5], sha("s"), verdict=Verdict.BAD),
+            # a simpler-level attempt is not a pypto verdict and must not reach git
+            make_attempt("s1", c[2], sha("s"), verdict=Verdict.BAD, level="simpler"),
+            make_attempt("r3", c[4], verdict=Verdict.BAD),
+        ],
+    )
+    log = to_git_bisect_log(doc, history.subjects)
+    assert log.splitlines()[:3] == [
+        f"# bad: [{c[7]}] step 7: tune the decode kernel",
+        f"# good: [{c[0]}] step 0: tune the decode kernel",
+        f"git bisect start '{c[7]}' '{c[0]}'",
+    ]
+    assert f"# good: [{c[3]}] step 3: tune the decode kernel\ngit bisect good {c[3]}\n" in log
+
+    result = replay(history, doc)
+    assert result.returncode == 0, result.stderr
+    assert f"{c[4]} is the first bad commit" in result.stdout
+    assert history.git("rev-parse", "refs/bisect/bad").stdout.strip() == c[4]
+
+
+def test_a_flaky_commit_is_replayed_with_its_latest_verdict(history: LinearHistory) -> None:
+    c = history.shas
+    doc = bisect_document(
+        history,
+        [
+            make_attempt("r1", c[3], verdict=Verdict.GOOD),
+            make_attempt("r2", c[5], verdict=Verdict.BAD),
+            make_attempt("r3", c[4], verdict=Verdict.BAD),
+            make_attempt("r4", c[4], verdict=Verdict.GOOD),  # repeat: the mismatch was noise
+        ],
+    )
+    assert to_git_bisect_log(doc).count(c[4]) == 2  # one comment, one command
+    result = replay(history, doc)
+    assert result.returncode == 0, result.stderr
+    assert f"{c[5]} is the first bad commit" in result.stdout
+
+
+def test_an_unfinished_ledger_replays_to_the_same_open_bisect(history: LinearHistory) -> None:
+    c = history.shas
+    doc = bisect_document(
+        history,
+        [
+            make_attempt("r1", c[3], verdict=Verdict.GOOD),
+            make_attempt("r2", c[5], verdict=Verdict.SKIP, reason="compile error"),
+        ],
+    )
+    assert f"# skip: [{c[5]}]\ngit bisect skip {c[5]}\n" in to_git_bisect_log(doc)
+    result = replay(history, doc)
+    assert result.returncode == 0, result.stderr
+    assert "first bad commit" not in result.stdout
+    refs = history.git("for-each-ref", "--format=%(refname) %(objectname)", "refs/bisect")
+    assert sorted(refs.stdout.splitlines()) == sorted(
+        [
+            f"refs/bisect/bad {c[7]}",
+            f"refs/bisect/good-{c[0]} {c[0]}",
+            f"refs/bisect/good-{c[3]} {c[3]}",
+            f"refs/bisect/skip-{c[5]} {c[5]}",
+        ]
+    )
+    head = history.git("rev-parse", "HEAD").stdout.strip()
+    assert head in (c[4], c[6]), "git waits on an untested commit between the verdicts"
+
+
+def test_a_ledger_with_only_its_endpoints_replays_to_a_started_bisect(
+    history: LinearHistory,
+) -> None:
+    c = history.shas
+    result = replay(history, bisect_document(history, []))
+    assert result.returncode == 0, result.stderr
+    refs = history.git("for-each-ref", "--format=%(refname)", "refs/bisect").stdout.split()
+    assert sorted(refs) == sorted(["refs/bisect/bad", f"refs/bisect/good-{c[0]}"])
