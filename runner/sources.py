@@ -1,0 +1,627 @@
+"""Export a pypto commit's complete source tree, every submodule included, for a builder container.
+
+The user's checkout is their working state and must not change at all (HEAD, index, work tree,
+`.git/config`, `.git/modules/*`), and NPU hosts often cannot reach the upstream URLs. So every
+repository in the submodule tree (the superproject and each submodule, keyed by its *name*, which
+stays stable while URLs and sometimes paths change) gets a bare mirror in the cache whose
+`objects/info/alternates` lists the user's local object directories. That copies nothing, sees
+every local object (including ones the user fetches later) and never writes to the user's repos.
+
+The export itself is `git read-tree` into a throwaway index plus `git checkout-index` against a
+mirror: it keeps exec bits and symlinks, ignores `export-ignore`, and needs no work tree of the
+user's. Gitlinks are then resolved through `.gitmodules` *at that commit* and exported recursively.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from urllib.parse import quote, unquote
+
+from filelock import FileLock, Timeout
+
+from runner.errors import BadInput, InfrastructureError, SourceUnavailable
+
+GITLINK_MODE = "160000"
+LOCK_TIMEOUT_S = 600.0
+_HEX = re.compile(r"[0-9a-fA-F]{4,64}")
+_NO_OVERRIDES: Mapping[str, str | None] = MappingProxyType({})
+
+# Variables that would point git at some other repository than the one we name explicitly
+# (set e.g. when the tool runs inside a git hook).
+_REPO_LOCAL_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_SHALLOW_FILE",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_INTERNAL_SUPER_PREFIX",
+)
+
+
+def _base_env(*, isolated: bool) -> dict[str, str]:
+    """Environment for git: no inherited repo pointers, no optional locks (no index refreshes).
+
+    `isolated` also drops the user's global/system config so exports do not depend on settings
+    such as core.autocrlf; it is used for the tool's own mirrors only, because reading the user's
+    repo may need their safe.directory settings.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCAL_ENV}
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANG="C")
+    if isolated:
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    return env
+
+
+_USER_ENV = _base_env(isolated=False)
+_MIRROR_ENV = _base_env(isolated=True)
+
+
+def _run(
+    args: list[str], *, env: Mapping[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, env=dict(env), capture_output=True, check=False
+        )
+    except FileNotFoundError as exc:
+        raise InfrastructureError(
+            "git is not installed or not on PATH; install git and rerun"
+        ) from exc
+
+
+def _checked(proc: subprocess.CompletedProcess[bytes], what: str) -> bytes:
+    if proc.returncode != 0:
+        detail = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise InfrastructureError(
+            f"git failed while {what}: {detail[-1] if detail else f'exit {proc.returncode}'}; "
+            "check disk space and permissions of the cache directory"
+        )
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What one export produced; `submodules` maps each materialised path to its exported sha."""
+
+    commit: str
+    dest: Path
+    submodules: dict[str, str]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _SubmoduleEntry:
+    name: str
+    path: str
+    url: str | None
+
+
+@dataclass(frozen=True)
+class _Repo:
+    """One repository of the submodule tree: its mirror and where the user keeps its objects.
+
+    `names` is the chain of submodule names from the superproject (empty for the superproject),
+    `git_dirs` the user's git dirs holding it, `worktrees` the user's checkout directories of it
+    and `url_bases` the local directories its own relative submodule URLs are resolved against.
+    """
+
+    names: tuple[str, ...]
+    display: str
+    mirror: Path
+    git_dirs: tuple[Path, ...]
+    worktrees: tuple[Path, ...]
+    url_bases: tuple[Path, ...]
+
+    @property
+    def modules_hint(self) -> str:
+        return ".git/" + "/".join(f"modules/{name}" for name in self.names)
+
+
+def _git_dir_of(location: Path) -> Path | None:
+    """The git dir behind a work tree, a `.git` file/dir or a bare repo, if there is one."""
+    try:
+        dot_git = location / ".git"
+        if dot_git.is_file():
+            text = dot_git.read_text(errors="replace").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            target = Path(text[len("gitdir:") :].strip())
+            candidate = target if target.is_absolute() else location / target
+        elif dot_git.is_dir():
+            candidate = dot_git
+        else:
+            candidate = location
+        if (candidate / "HEAD").exists() and _objects_dir(candidate).is_dir():
+            return Path(os.path.normpath(candidate.absolute()))
+    except OSError:
+        return None
+    return None
+
+
+def _objects_dir(git_dir: Path) -> Path:
+    commondir = git_dir / "commondir"
+    if commondir.is_file():
+        common = Path(commondir.read_text().strip())
+        git_dir = common if common.is_absolute() else git_dir / common
+    return Path(os.path.normpath((git_dir / "objects").absolute()))
+
+
+def _local_url_paths(url: str | None, bases: Iterable[Path]) -> list[Path]:
+    """Directories a submodule URL names on this machine; network URLs name none."""
+    if not url:
+        return []
+    if url.startswith("file://"):
+        return [Path(unquote(url[len("file://") :]))]
+    if "://" in url:
+        return []
+    if url.startswith(("./", "../")):
+        return [Path(os.path.normpath(base / url)) for base in bases]
+    if os.path.isabs(url):
+        return [Path(url)]
+    return []
+
+
+def _parse_gitmodules(raw: bytes) -> dict[str, _SubmoduleEntry]:
+    """`git config -l -z` output of a .gitmodules blob -> entries keyed by path."""
+    fields: dict[str, dict[str, str]] = {}
+    for item in raw.split(b"\0"):
+        if not item:
+            continue
+        key, _, value = item.decode(errors="surrogateescape").partition("\n")
+        if not key.startswith("submodule."):
+            continue
+        name, _, var = key[len("submodule.") :].rpartition(".")
+        if name:
+            fields.setdefault(name, {})[var] = value
+    entries: dict[str, _SubmoduleEntry] = {}
+    for name, values in fields.items():
+        path = values.get("path")
+        if path:
+            path = path.strip("/")
+            entries[path] = _SubmoduleEntry(name=name, path=path, url=values.get("url"))
+    return entries
+
+
+class SourceExporter:
+    """Exports commits of one superproject from tool-owned mirrors in `cache_dir/mirrors/`.
+
+    Mirrors are kept per superproject (keyed by a hash of its absolute git dir) and per submodule
+    name; only creating a mirror or adding an alternate takes the file lock, so several runs can
+    share one cache.
+    """
+
+    def __init__(self, superproject: Path, cache_dir: Path) -> None:
+        self.superproject = Path(superproject).absolute()
+        self._worktree, self._git_dir, self._common_dir = self._locate(self.superproject)
+        key = hashlib.sha256(str(self._common_dir).encode()).hexdigest()[:16]
+        self._root = Path(cache_dir).absolute() / "mirrors" / key
+        self._lock_path = self._root.parent / f"{key}.lock"
+        self._alternates: dict[Path, frozenset[Path]] = {}
+        self._gitmodules_cache: dict[tuple[Path, str], dict[str, _SubmoduleEntry]] = {}
+        self._config_urls: dict[Path, dict[str, str]] = {}
+        self._default_at: dict[str, str] = {}
+        self._top = self._make_top()
+
+    # ----------------------------------------------------------------- public API
+
+    def export(
+        self,
+        commit: str,
+        dest: Path,
+        *,
+        overrides: Mapping[str, str | None] = _NO_OVERRIDES,
+        skip: Collection[str] = (),
+    ) -> ExportResult:
+        """Materialise `commit` with every submodule at its pinned (or overridden) sha.
+
+        Skipped and `None`-overridden submodules are left as the empty directory git leaves for
+        an uninitialised submodule.
+        """
+        started = time.perf_counter()
+        sha = self._resolve_superproject_commit(commit)
+        dest = self._prepare_dest(dest)
+        wanted = {_norm(path): value for path, value in overrides.items()}
+        skipped = {_norm(path) for path in skip}
+        used: set[str] = set()
+        submodules: dict[str, str] = {}
+        try:
+            self._ensure_mirror(self._top)
+            self._require_commit(self._top, sha)
+            self._materialise(self._top, sha, dest, "", wanted, skipped, used, submodules)
+            left_out = skipped | {p for p, v in wanted.items() if v is None}
+            unused = sorted(
+                p
+                for p, v in wanted.items()
+                if v is not None and p not in used and not _beneath(p, left_out)
+            )
+            if unused:
+                raise BadInput(
+                    f"cannot override {', '.join(unused)}: commit {sha[:12]} has no submodule "
+                    "there; check the submodule path (nested paths look like runtime/third_party/x)"
+                )
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        return ExportResult(sha, dest, submodules, time.perf_counter() - started)
+
+    def export_submodule(
+        self, path: str, commit: str, dest: Path, *, at: str | None = None
+    ) -> ExportResult:
+        """Export the submodule at `path` standalone at `commit`, its own submodules included."""
+        started = time.perf_counter()
+        path = _norm(path)
+        at_sha = self._resolve_superproject_commit(at) if at else self._newest_with(path)
+        repo = self._repo_for_path(path, at_sha)
+        sha = self._resolve_in_mirror(repo, commit)
+        dest = self._prepare_dest(dest)
+        submodules: dict[str, str] = {}
+        try:
+            self._materialise(repo, sha, dest, "", {}, set(), set(), submodules)
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        return ExportResult(sha, dest, submodules, time.perf_counter() - started)
+
+    def submodule_git_dir(self, path: str) -> Path:
+        """A git dir (the tool's mirror) that sees every local object of the submodule at `path`.
+
+        It has no refs: address commits by sha (e.g. `git rev-list <old>..<new>`).
+        """
+        path = _norm(path)
+        return self._repo_for_path(path, self._newest_with(path)).mirror
+
+    # ----------------------------------------------------------------- locating repositories
+
+    @staticmethod
+    def _locate(path: Path) -> tuple[Path | None, Path, Path]:
+        if not path.is_dir():
+            raise BadInput(f"{path} does not exist or is not a directory; pass the pypto checkout")
+        proc = _run(
+            ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"],
+            env=_USER_ENV,
+            cwd=path,
+        )
+        if proc.returncode != 0:
+            detail = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise BadInput(
+                f"{path} is not a git repository ({detail[-1] if detail else 'git failed'}); "
+                "pass the root of the pypto checkout"
+            )
+        bare, git_dir, common = proc.stdout.decode().splitlines()[:3]
+        git_path = Path(git_dir)
+        common_path = Path(common) if os.path.isabs(common) else path / common
+        common_path = Path(os.path.normpath(common_path.absolute()))
+        if bare == "true":
+            if path.resolve() != git_path.resolve():
+                raise BadInput(f"{path} is inside the bare repository {git_path}; pass that")
+            return None, git_path, common_path
+        top = _checked(_run(["rev-parse", "--show-toplevel"], env=_USER_ENV, cwd=path), "locating")
+        toplevel = Path(top.decode().strip())
+        if toplevel.resolve() != path.resolve():
+            raise BadInput(
+                f"{path} is not the top of a git checkout (it lies inside {toplevel}); "
+                "pass the root of the pypto checkout"
+            )
+        return path, git_path, common_path
+
+    def _make_top(self) -> _Repo:
+        bases = [self._worktree] if self._worktree else [self._git_dir]
+        for url in self._user_config_urls(self._common_dir, prefix="remote.").values():
+            bases.extend(_local_url_paths(url, [self._worktree or self._git_dir]))
+        return _Repo(
+            names=(),
+            display=str(self.superproject),
+            mirror=self._root / "superproject.git",
+            git_dirs=(self._common_dir,),
+            worktrees=(self._worktree,) if self._worktree else (),
+            url_bases=tuple(dict.fromkeys(bases)),
+        )
+
+    def _child(self, parent: _Repo, entry: _SubmoduleEntry, display: str) -> _Repo:
+        """Every local place the submodule `entry` of `parent` may keep its objects."""
+        worktrees = [w / entry.path for w in parent.worktrees if (w / entry.path).is_dir()]
+        urls = [entry.url]
+        urls += [
+            cfg.get(entry.name)
+            for cfg in (self._user_config_urls(g, prefix="submodule.") for g in parent.git_dirs)
+        ]
+        url_dirs: list[Path] = []
+        for url in dict.fromkeys(u for u in urls if u):
+            url_dirs.extend(p for p in _local_url_paths(url, parent.url_bases) if p.is_dir())
+        locations = [g / "modules" / entry.name for g in parent.git_dirs]
+        locations += worktrees + url_dirs
+        git_dirs = [g for g in (_git_dir_of(loc) for loc in locations) if g is not None]
+        base = parent.mirror.parent if parent.names else self._root
+        mirror = base / "modules" / _quote(entry.name) / "mirror.git"
+        return _Repo(
+            names=(*parent.names, entry.name),
+            display=display,
+            mirror=mirror,
+            git_dirs=tuple(dict.fromkeys(git_dirs)),
+            worktrees=tuple(worktrees),
+            url_bases=tuple(dict.fromkeys([*url_dirs, *worktrees])),
+        )
+
+    def _user_config_urls(self, git_dir: Path, *, prefix: str) -> dict[str, str]:
+        """`<prefix><name>.url` values from a user's git config file (read, never written)."""
+        cache_key = git_dir / prefix
+        cached = self._config_urls.get(cache_key)
+        if cached is not None:
+            return cached
+        urls: dict[str, str] = {}
+        config = git_dir / "config"
+        if config.is_file():
+            pattern = "^" + re.escape(prefix) + r".*\.url$"
+            proc = _run(
+                ["config", "--file", str(config), "-z", "--get-regexp", pattern], env=_MIRROR_ENV
+            )
+            for item in proc.stdout.split(b"\0"):
+                key, _, value = item.decode(errors="surrogateescape").partition("\n")
+                if key:
+                    urls[key[len(prefix) : -len(".url")]] = value
+        self._config_urls[cache_key] = urls
+        return urls
+
+    # ----------------------------------------------------------------- mirrors
+
+    def _ensure_mirror(self, repo: _Repo) -> None:
+        """Create the mirror and add any newly found user object dirs to its alternates."""
+        wanted = frozenset(_objects_dir(g) for g in repo.git_dirs)
+        known = self._alternates.get(repo.mirror)
+        if known is not None and wanted <= known:
+            return
+        self._root.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(str(self._lock_path), timeout=LOCK_TIMEOUT_S):
+                if not (repo.mirror / "HEAD").exists():
+                    _checked(
+                        _run(
+                            ["init", "--bare", "--quiet", "--template=", str(repo.mirror)],
+                            env=_MIRROR_ENV,
+                        ),
+                        f"creating the mirror {repo.mirror}",
+                    )
+                    if not repo.names:
+                        (self._root / "superproject.txt").write_text(f"{self._common_dir}\n")
+                info = repo.mirror / "objects" / "info"
+                info.mkdir(parents=True, exist_ok=True)
+                alternates = info / "alternates"
+                listed = alternates.read_text().splitlines() if alternates.exists() else []
+                current = {Path(line) for line in listed if line.strip()}
+                merged = {p for p in current | wanted if p.is_dir()}
+                if merged != current:
+                    tmp = info / f"alternates.{os.getpid()}.tmp"
+                    tmp.write_text("".join(f"{p}\n" for p in sorted(merged)))
+                    os.replace(tmp, alternates)
+                self._alternates[repo.mirror] = frozenset(merged)
+        except Timeout as exc:
+            raise InfrastructureError(
+                f"the mirror cache {self._root} stayed locked for {LOCK_TIMEOUT_S:.0f}s by another "
+                f"run; wait for it or remove {self._lock_path} if no run is active"
+            ) from exc
+        except OSError as exc:
+            raise InfrastructureError(
+                f"cannot update the mirror cache {self._root}: {exc}; check disk space and "
+                "permissions of the cache directory"
+            ) from exc
+
+    def _mirror_git(
+        self, repo: _Repo, *args: str, **env: str
+    ) -> subprocess.CompletedProcess[bytes]:
+        return _run(["--git-dir", str(repo.mirror), *args], env={**_MIRROR_ENV, **env})
+
+    def _unavailable(self, repo: _Repo, sha: str) -> SourceUnavailable:
+        if not repo.names:
+            return SourceUnavailable(
+                f"source unavailable: {repo.display} commit {sha[:12]} is not in the local "
+                "checkout or its submodules; fetch it there and rerun"
+            )
+        return SourceUnavailable(
+            f"source unavailable: submodule {repo.display} commit {sha[:12]} is not in the local "
+            f"checkout or its submodules ({repo.modules_hint}); fetch it there and rerun"
+        )
+
+    def _require_commit(self, repo: _Repo, sha: str) -> None:
+        proc = self._mirror_git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
+        if proc.returncode != 0:
+            raise self._unavailable(repo, sha)
+
+    def _resolve_in_mirror(self, repo: _Repo, rev: str) -> str:
+        """A submodule commit given as (possibly abbreviated) sha -> full sha, or unavailable."""
+        self._ensure_mirror(repo)
+        proc = self._mirror_git(
+            repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"
+        )
+        if proc.returncode != 0:
+            raise self._unavailable(repo, rev)
+        return proc.stdout.decode().strip()
+
+    def _resolve_superproject_commit(self, rev: str) -> str:
+        """Names (HEAD, branches, tags) are resolved in the user's repo, read-only."""
+        proc = _run(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            env=_USER_ENV,
+            cwd=self._worktree or self._git_dir,
+        )
+        if proc.returncode == 0:
+            return proc.stdout.decode().strip()
+        if _HEX.fullmatch(rev):
+            raise self._unavailable(self._top, rev)
+        raise BadInput(
+            f"unknown revision {rev!r} in {self.superproject}; give a commit sha, branch or tag "
+            "that exists there"
+        )
+
+    # ----------------------------------------------------------------- export
+
+    @staticmethod
+    def _prepare_dest(dest: Path) -> Path:
+        dest = Path(os.path.normpath(Path(dest).absolute()))
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise BadInput(f"export destination {dest} exists and is not empty; remove it first")
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InfrastructureError(f"cannot create {dest}: {exc}") from exc
+        return dest
+
+    def _materialise(
+        self,
+        repo: _Repo,
+        sha: str,
+        dest: Path,
+        prefix: str,
+        overrides: Mapping[str, str | None],
+        skip: set[str],
+        used: set[str],
+        submodules: dict[str, str],
+    ) -> None:
+        gitlinks = self._checkout(repo, sha, dest)
+        if not gitlinks:
+            return
+        entries = self._gitmodules(repo, sha)
+        for path, pinned in gitlinks:
+            full = prefix + path
+            if full in skip:
+                continue
+            entry = entries.get(path) or _SubmoduleEntry(name=path, path=path, url=None)
+            child = self._child(repo, entry, full)
+            if full in overrides:
+                used.add(full)
+                override = overrides[full]
+                if override is None:
+                    continue
+                target = self._resolve_in_mirror(child, override)
+            else:
+                self._ensure_mirror(child)
+                self._require_commit(child, pinned)
+                target = pinned
+            submodules[full] = target
+            self._materialise(
+                child, target, dest / path, f"{full}/", overrides, skip, used, submodules
+            )
+
+    def _checkout(self, repo: _Repo, sha: str, dest: Path) -> list[tuple[str, str]]:
+        """Write the tree of `sha` into `dest`; return its gitlinks as (path, pinned sha)."""
+        with tempfile.TemporaryDirectory(prefix="bisect-export-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            _checked(self._mirror_git(repo, "read-tree", sha, **env), f"reading {sha[:12]}")
+            _checked(
+                _run(
+                    # Parallel workers (one per core) roughly halve big exports on slow disks.
+                    [
+                        *("--git-dir", str(repo.mirror), "-c", "checkout.workers=0"),
+                        *("checkout-index", "--all", "--force"),
+                    ],
+                    env={**_MIRROR_ENV, **env, "GIT_WORK_TREE": str(dest)},
+                    cwd=dest,
+                ),
+                f"writing {sha[:12]} to {dest}",
+            )
+            listing = _checked(
+                self._mirror_git(repo, "ls-files", "--stage", "-z", **env),
+                f"listing {sha[:12]}",
+            )
+        return list(_gitlinks(listing))
+
+    def _gitmodules(self, repo: _Repo, sha: str) -> dict[str, _SubmoduleEntry]:
+        key = (repo.mirror, sha)
+        cached = self._gitmodules_cache.get(key)
+        if cached is None:
+            proc = self._mirror_git(repo, "config", "--blob", f"{sha}:.gitmodules", "-l", "-z")
+            cached = _parse_gitmodules(proc.stdout) if proc.returncode == 0 else {}
+            self._gitmodules_cache[key] = cached
+        return cached
+
+    # ----------------------------------------------------------------- submodules by path
+
+    def _repo_for_path(self, path: str, at_sha: str) -> _Repo:
+        """Walk `.gitmodules` (and gitlinks, for nested paths) at superproject commit `at_sha`."""
+        repo, sha, remaining, walked = self._top, at_sha, path, ""
+        self._ensure_mirror(repo)
+        while True:
+            entries = self._gitmodules(repo, sha)
+            match = max(
+                (p for p in entries if remaining == p or remaining.startswith(p + "/")),
+                key=len,
+                default=None,
+            )
+            if match is None:
+                raise BadInput(
+                    f"{path} is not a submodule at superproject commit {at_sha[:12]} "
+                    "(no .gitmodules entry has that path); check the path or pass another commit"
+                )
+            walked = f"{walked}/{match}" if walked else match
+            child = self._child(repo, entries[match], walked)
+            self._ensure_mirror(child)
+            if remaining == match:
+                return child
+            listing = _checked(
+                self._mirror_git(repo, "ls-tree", "-z", sha, "--", match), f"reading {sha[:12]}"
+            )
+            pinned = dict(_gitlinks(listing, tree_format=True)).get(match)
+            if pinned is None:
+                raise BadInput(f"{walked} is not a submodule at superproject commit {at_sha[:12]}")
+            self._require_commit(child, pinned)
+            repo, sha, remaining = child, pinned, remaining[len(match) + 1 :]
+
+    def _newest_with(self, path: str) -> str:
+        """The newest superproject commit (from HEAD) whose .gitmodules names `path`'s submodule."""
+        cached = self._default_at.get(path)
+        if cached is not None:
+            return cached
+        head = self._resolve_superproject_commit("HEAD")
+        self._ensure_mirror(self._top)
+        found = head
+        proc = self._mirror_git(self._top, "rev-list", head, "--", ".gitmodules")
+        for candidate in [head, *proc.stdout.decode().split()]:
+            entries = self._gitmodules(self._top, candidate)
+            if any(path == p or path.startswith(p + "/") for p in entries):
+                found = candidate
+                break
+        self._default_at[path] = found
+        return found
+
+
+def _gitlinks(listing: bytes, *, tree_format: bool = False) -> Iterator[tuple[str, str]]:
+    """Gitlinks from `ls-files --stage -z` (or `ls-tree -z`) output."""
+    for record in listing.split(b"\0"):
+        if not record.startswith(GITLINK_MODE.encode()):
+            continue
+        meta, _, path = record.decode(errors="surrogateescape").partition("\t")
+        parts = meta.split()
+        yield path, parts[2] if tree_format else parts[1]
+
+
+def _beneath(path: str, parents: Collection[str]) -> bool:
+    return any(path.startswith(parent + "/") for parent in parents)
+
+
+def _norm(path: str) -> str:
+    return path.strip().strip("/")
+
+
+def _quote(name: str) -> str:
+    """A submodule name as one safe path component (names may contain '/')."""
+    safe = quote(name, safe="")
+    return safe if safe not in {".", ".."} else safe.replace(".", "%2E")
