@@ -1,0 +1,205 @@
+"""The session's decisions on real sample histories, with verdicts answered by the sample's spec.
+
+The tester here is the predicate of the bisect, not a stand-in for Docker: it says what the example
+would print for each (pypto, simpler) pair, so every branch of the two-level logic (endpoints,
+split, forward, backward, skips) is checked in milliseconds. tests/test_e2e.py runs the same
+scenarios through containers.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import pytest
+
+from runner.history import History, pointer_states
+from runner.ledger import Attempt, Level
+from runner.sample.histories import Sample, SampleSpec
+from runner.search import Verdict
+from runner.session import EndpointFailure, Session
+
+SMALL = {
+    "pypto_commits": 8,
+    "simpler_commits": 8,
+    "runtime_added_at": 2,
+    "runtime_initial": 1,
+    "libbacktrace_url_change_at": 3,
+    "nested_submodule_at": 2,
+}
+
+
+class SpecTester:
+    """Answers from the spec: bad where pypto or the pinned simpler regressed, skip where broken."""
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+        self.recorded: dict[tuple[str, str | None], Attempt] = {}
+        self.tested: list[tuple[Level, str, str | None]] = []
+
+    def lookup(self, pypto: str, simpler: str | None) -> Attempt | None:
+        return self.recorded.get((pypto, simpler))
+
+    def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        spec = self.sample.spec
+        i = self.sample.pypto_index(pypto)
+        j = None if simpler is None else self.sample.simpler_index(simpler)
+        if i in spec.broken_pypto or (j is not None and j in spec.broken_simpler):
+            verdict = Verdict.SKIP
+        elif spec.pypto_regressed(i) or (j is not None and spec.simpler_regressed(j)):
+            verdict = Verdict.BAD
+        else:
+            verdict = Verdict.GOOD
+        now = datetime.now(timezone.utc)
+        attempt = Attempt(
+            run_id=f"{len(self.tested):03d}",
+            level=level,
+            pypto_sha=pypto,
+            simpler_sha=simpler,
+            verdict=verdict,
+            started_at=now,
+            finished_at=now,
+        )
+        self.tested.append((level, pypto, simpler))
+        self.recorded[(pypto, simpler)] = attempt
+        return attempt
+
+
+def bisect(sample: Sample, good: int = 0, verify: bool = True) -> tuple:
+    history = History(sample.pypto)
+    tester = SpecTester(sample)
+    session = Session(
+        history,
+        tester,
+        tester.lookup,
+        good=sample.pypto_shas[good],
+        bad=sample.pypto_shas[-1],
+        verify=verify,
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+        merge_base=History(sample.runtime_gitdir).merge_base,
+    )
+    return session.run(), tester
+
+
+def test_a_pypto_regression_is_found_in_at_most_log2_tests_plus_the_endpoints(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+
+    outcome, tester = bisect(sample)
+
+    assert outcome.source == "pypto"
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    assert outcome.simpler is None
+    assert len(tester.tested) <= math.ceil(math.log2(8)) + 2
+
+
+def test_a_simpler_regression_inside_a_forward_bump_descends_with_pypto_at_the_culprit(
+    sample_factory,
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+
+    outcome, tester = bisect(sample)
+
+    assert outcome.source == "simpler"
+    assert outcome.pypto.first_bad == sample.pypto_shas[4]
+    assert outcome.direction == "forward"
+    assert outcome.simpler.anchor == sample.pypto_shas[4]
+    assert outcome.simpler.first_bad == sample.simpler_shas[4]
+    assert outcome.simpler_culprit == sample.simpler_shas[4]
+    simpler_tests = [t for t in tester.tested if t[0] == "simpler"]
+    assert len(simpler_tests) <= math.ceil(math.log2(6))
+    assert all(pypto == sample.pypto_shas[4] for _, pypto, _ in simpler_tests)
+
+
+def test_a_backward_bump_blames_the_commit_it_dropped(sample_factory):
+    spec = SampleSpec(**SMALL, bumps=((4, 7), (6, 3)), simpler_regression_at=2, simpler_fixed_at=5)
+    sample = sample_factory(spec)
+
+    outcome, _ = bisect(sample)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    assert outcome.direction == "backward"
+    assert outcome.simpler.candidates[0] == sample.simpler_shas[7]
+    assert outcome.simpler.first_bad == sample.simpler_shas[4]
+    assert outcome.simpler_culprit == sample.simpler_shas[5]
+
+
+@pytest.mark.parametrize(
+    ("extra", "carrier", "source"),
+    [
+        ({"simpler_regression_at": 3}, "pointer", "simpler"),
+        ({"pypto_regression_at": 4}, "code", "pypto"),
+    ],
+)
+def test_a_culprit_with_code_and_pointer_is_split_into_its_halves(
+    sample_factory, extra, carrier, source
+):
+    spec = SampleSpec(**SMALL, bumps=((4, 6),), code_with_bump=frozenset({4}), **extra)
+    sample = sample_factory(spec)
+
+    outcome, tester = bisect(sample)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[4]
+    assert outcome.split is not None and outcome.split.carrier == carrier
+    assert outcome.source == source
+    splits = {(p, s) for level, p, s in tester.tested if level == "split"}
+    assert splits == {
+        (sample.pypto_shas[3], sample.simpler_shas[6]),
+        (sample.pypto_shas[4], sample.simpler_shas[1]),
+    }
+    if source == "simpler":
+        assert outcome.simpler_culprit == sample.simpler_shas[3]
+
+
+def test_untestable_commits_next_to_the_culprit_give_the_range(sample_factory):
+    spec = SampleSpec(
+        **SMALL, bumps=((6, 5),), pypto_regression_at=5, broken_pypto=frozenset({3, 4})
+    )
+    sample = sample_factory(spec)
+
+    outcome, _ = bisect(sample)
+
+    assert outcome.source == "inconclusive"
+    assert outcome.exit_code == 1
+    assert outcome.pypto.suspects == sample.pypto_shas[3:6]
+
+
+def test_a_failing_known_good_commit_stops_before_bisecting(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=2))
+
+    with pytest.raises(EndpointFailure) as raised:
+        bisect(sample, good=3)
+
+    assert raised.value.which == "good"
+    assert raised.value.attempt.verdict is Verdict.BAD
+
+
+def test_the_culprit_that_adds_the_runtime_submodule_has_no_second_level(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), simpler_regression_at=1))
+
+    outcome, _ = bisect(sample)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[2]
+    assert outcome.source == "pypto"
+    assert outcome.simpler is None
+    assert any("adds the runtime submodule" in note for note in outcome.notes)
+
+
+def test_a_replay_reuses_every_recorded_verdict(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+    _, first = bisect(sample)
+
+    history = History(sample.pypto)
+    again = SpecTester(sample)
+    again.recorded = dict(first.recorded)
+    session = Session(
+        history,
+        again,
+        again.lookup,
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    )
+    outcome = session.run()
+
+    assert again.tested == []
+    assert outcome.simpler_culprit == sample.simpler_shas[4]
