@@ -1,0 +1,188 @@
+"""How an NPU reaches an example container: pure decisions, checked against the host up front.
+
+Three ways exist in the wild (see the domain notes). The default, ``explicit``, passes only the
+device nodes and driver files an example needs, like vllm-ascend does; ``privileged`` is the
+escape hatch some pypto users need when ``aclInit`` fails otherwise; ``ascend-runtime`` hands the
+job to the Ascend Docker Runtime. Simulator platforms run on host threads and get nothing.
+
+Every check happens here, before any image is built: a typo in ``--device`` should cost a second,
+not a twenty-minute build followed by a container that cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+from runner.errors import BadInput
+from runner.execute import Mount
+
+DeviceMode = Literal["explicit", "privileged", "ascend-runtime"]
+DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
+
+CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+# Read-only driver files of the explicit mode. Never all of /usr/local/Ascend: it would shadow
+# the CANN toolkit inside the image with whatever the host has installed.
+DRIVER_PATHS = (
+    "/usr/local/dcmi",
+    "/usr/local/bin/npu-smi",
+    "/usr/local/Ascend/driver/lib64",
+    "/usr/local/Ascend/driver/version.info",
+    "/etc/ascend_install.info",
+)
+PRIVILEGED_DRIVER = "/usr/local/Ascend/driver"
+PRIVILEGED_WARNING = (
+    "privileged mode gives every container all host devices and root-equivalent access to the "
+    "host; use it only when --device-mode explicit makes aclInit fail"
+)
+_PERMISSIONS = frozenset("rwm")
+
+
+@dataclass(frozen=True)
+class Passthrough:
+    """What a container needs for the NPU; `warnings` are for the user, not for Docker."""
+
+    devices: tuple[str, ...] = ()  # "host:container:rwm"
+    mounts: tuple[Mount, ...] = ()
+    privileged: bool = False
+    ipc_mode: str | None = None
+    runtime: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def is_simulator(platform: str) -> bool:
+    """a2a3sim, a5sim and any later ``*sim`` platform run on the CPU without CANN or an NPU."""
+    return platform.endswith("sim")
+
+
+def parse_devices(devices: Sequence[str]) -> tuple[int, ...]:
+    """Card numbers from ``--device`` values; each value may be a comma list ("0,1")."""
+    cards: list[int] = []
+    for value in devices:
+        for part in str(value).split(","):
+            text = part.strip()
+            if not text.isdigit():
+                raise BadInput(
+                    f"device {text!r} is not an NPU card number; pass --device 0, or --device 0,1 "
+                    "for a distributed run"
+                )
+            card = int(text)
+            if card not in cards:
+                cards.append(card)
+    return tuple(cards)
+
+
+def parse_device_map(entries: Sequence[str]) -> tuple[str, ...]:
+    """``HOST:CONTAINER[:PERMS]`` entries as Docker device strings (permissions default rwm)."""
+    mapped: list[str] = []
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) == 2:
+            parts.append("rwm")
+        if (
+            len(parts) != 3
+            or not all(part.startswith("/") for part in parts[:2])
+            or not parts[2]
+            or not set(parts[2]) <= _PERMISSIONS
+        ):
+            raise BadInput(
+                f"--device-map {entry!r} is not HOST:CONTAINER[:PERMS] with absolute paths; "
+                "for example --device-map /dev/davinci4:/dev/davinci0"
+            )
+        mapped.append(":".join(parts))
+    return tuple(mapped)
+
+
+def passthrough(
+    mode: DeviceMode,
+    platform: str,
+    devices: Sequence[str],
+    device_map: Sequence[str] = (),
+    *,
+    root: Path = Path("/"),
+) -> Passthrough:
+    """Decide the passthrough and check that the host has what it names.
+
+    `root` prefixes the driver files only (tests fake a host tree with it); device nodes are
+    always checked at their real paths, because Docker opens exactly those.
+    """
+    if mode not in DEVICE_MODES:
+        raise BadInput(f"device mode {mode!r} is unknown; use one of {', '.join(DEVICE_MODES)}")
+    cards = parse_devices(devices)
+    mapped = parse_device_map(device_map)
+    if is_simulator(platform):
+        return Passthrough()
+    if not cards:
+        raise BadInput(
+            f"platform {platform} runs on an NPU but no device was given; pass --device N"
+        )
+    ignored = (f"--device-map is ignored in {mode} mode",) if mapped else ()
+    if mode == "ascend-runtime":
+        return Passthrough(
+            runtime="ascend",
+            environment={"ASCEND_VISIBLE_DEVICES": ",".join(str(card) for card in cards)},
+            warnings=ignored,
+        )
+    if mode == "privileged":
+        return _privileged(root, ignored)
+    return _explicit(cards, mapped, root)
+
+
+def _explicit(cards: tuple[int, ...], mapped: tuple[str, ...], root: Path) -> Passthrough:
+    if mapped:
+        devices = mapped
+        for device in mapped:
+            host = device.split(":")[0]
+            if not os.path.exists(host):
+                raise BadInput(
+                    f"device {host} named in --device-map is missing on this host; "
+                    "fix --device-map HOST:CONTAINER"
+                )
+    else:
+        nodes = (*(f"/dev/davinci{card}" for card in cards), *CONTROL_DEVICES)
+        for node in nodes:
+            if not os.path.exists(node):
+                raise BadInput(
+                    f"NPU device {node} is missing on this host; check --device, "
+                    "or use --device-map HOST:CONTAINER"
+                )
+        devices = tuple(f"{node}:{node}:rwm" for node in nodes)
+    mounts = tuple(
+        Mount(host=str(_on_host(root, path)), container=path)
+        for path in DRIVER_PATHS
+        if _on_host(root, path).exists()
+    )
+    warnings: tuple[str, ...] = ()
+    if not mounts:
+        warnings = (
+            f"none of the NPU driver files ({', '.join(DRIVER_PATHS)}) exist on this host; "
+            "aclInit will likely fail inside the container",
+        )
+    return Passthrough(devices=devices, mounts=mounts, warnings=warnings)
+
+
+def _privileged(root: Path, ignored: tuple[str, ...]) -> Passthrough:
+    mounts = [Mount(host="/dev", container="/dev", read_only=False)]
+    warnings = [PRIVILEGED_WARNING, *ignored]
+    driver = _on_host(root, PRIVILEGED_DRIVER)
+    if driver.exists():
+        mounts.append(Mount(host=str(driver), container=PRIVILEGED_DRIVER))
+    else:
+        warnings.append(
+            f"{PRIVILEGED_DRIVER} is missing on this host; aclInit will likely fail inside the "
+            "container"
+        )
+    return Passthrough(
+        mounts=tuple(mounts),
+        privileged=True,
+        ipc_mode="host",
+        warnings=tuple(warnings),
+    )
+
+
+def _on_host(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")

@@ -1,0 +1,510 @@
+"""Every container the tool runs goes through here: create, stream logs, time out, always remove.
+
+A bisect runs dozens of containers for hours, often on a shared NPU host, so a container left
+behind is a real cost (it may hold an NPU). Hence every container carries two labels, one saying
+the tool made it and one naming the process that owns it, and is removed in a ``finally`` whatever
+happens; a SIGKILLed tool is cleaned up by the next run through `remove_stale_containers`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import docker
+import docker.errors
+import docker.types
+import requests.exceptions
+
+from runner.errors import BadInput, InfrastructureError
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from runner.devices import Passthrough
+
+LABEL = "bisect-precision-docker"
+OWNER_LABEL = "bisect-precision-docker.owner"
+KIND_LABEL = "bisect-precision-docker.kind"
+
+LIB_MOUNT = "/bisect/lib"
+RUN_MOUNT = "/bisect/run"
+BUILD_OUTPUT = f"{RUN_MOUNT}/build_output"
+
+_POLL_SECONDS = 0.2  # how quickly a Ctrl-C or a failing echo stops the wait
+_GRACE_SECONDS = 10.0  # how long to wait for the engine to confirm a kill or flush the logs
+_ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount; read-only unless the container must write there."""
+
+    host: str
+    container: str
+    read_only: bool = True
+
+
+@dataclass
+class ContainerSpec:
+    """Everything Docker needs for one container, with safe defaults (no network, no devices)."""
+
+    image: str
+    # The command only: never override the entrypoint, CANN images source set_env.sh in theirs.
+    command: list[str]
+    environment: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # "host:container:rwm"
+    privileged: bool = False
+    ipc_mode: str | None = None
+    runtime: str | None = None
+    network: bool = False  # False -> network_mode="none"
+    working_dir: str | None = None
+    cpus: float | None = None  # the simulator hangs when CPUs are oversubscribed
+    mem_limit: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerResult:
+    exit_code: int | None  # None when killed by timeout
+    timed_out: bool
+    oom_killed: bool
+    seconds: float
+    log_path: Path
+    output: str  # full combined stdout/stderr, also in log_path
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine named by the environment, checked to answer right now."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except _ENGINE_ERRORS as exc:
+        raise InfrastructureError(
+            f"no Docker Engine answers ({_one_line(exc)}); start dockerd or set DOCKER_HOST"
+        ) from exc
+    return client
+
+
+def process_owner() -> str:
+    """The owner label value of this process: stale-container cleanup needs host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_alive(owner: str) -> bool | None:
+    """Whether the process named by an owner label still runs; None when it is not on this host."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) <= 0:
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_container(
+    client: docker.DockerClient,
+    spec: ContainerSpec,
+    *,
+    log_path: Path,
+    timeout: float | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> ContainerResult:
+    """Run one container to its end (or `timeout` seconds) and remove it, whatever happens.
+
+    Logs go line by line to `log_path` (and `echo`) while the container runs, so a long run can
+    be followed with ``tail -f`` and a killed one still leaves its output behind. An exception
+    raised by `echo` (a Ctrl-C included) stops the run and propagates after the cleanup.
+    """
+    name = f"bisect-precision-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    container: Container | None = None
+    failing = False
+    try:
+        try:
+            container = client.containers.create(**_create_arguments(spec, name))
+        except docker.errors.ImageNotFound as exc:
+            raise BadInput(
+                f"image {spec.image} not found in the Docker Engine; build or load it first"
+            ) from exc
+        return _supervise(container, log_path, timeout, echo)
+    except _ENGINE_ERRORS as exc:
+        failing = True
+        raise InfrastructureError(
+            f"the Docker Engine failed running a container of {spec.image} ({_one_line(exc)}); "
+            "check `docker info` and the engine log"
+        ) from exc
+    except BaseException:
+        failing = True
+        raise
+    finally:
+        _remove(client, container, name, quiet=failing)
+
+
+def tool_containers(client: docker.DockerClient, *, owner: str | None = None) -> list[Container]:
+    """Containers of this tool in any state, optionally of one owner.
+
+    Other runs remove containers concurrently, so one vanishing mid-listing is not an error.
+    """
+    labels = [f"{LABEL}=1"] if owner is None else [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]
+    return client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
+
+
+def remove_stale_containers(client: docker.DockerClient) -> list[str]:
+    """Remove tool containers whose owner process on this host is gone; return their names.
+
+    After a SIGKILL of the tool nothing else can clean up, so every session calls this first.
+    Containers of live processes, or of other hosts sharing the engine, are left alone.
+    """
+    removed: list[str] = []
+    try:
+        for container in tool_containers(client):
+            owner = container.labels.get(OWNER_LABEL, "")
+            if owner_is_alive(owner) is not False:
+                continue
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                continue
+            removed.append(container.name)
+    except _ENGINE_ERRORS as exc:
+        raise InfrastructureError(
+            f"could not remove stale containers ({_one_line(exc)}); remove them with "
+            f"`docker rm -f $(docker ps -aq --filter label={LABEL}=1)`"
+        ) from exc
+    return removed
+
+
+def remove_own_containers(client: docker.DockerClient) -> None:
+    """Remove every container this process still owns (for signal handlers and atexit)."""
+    owner = process_owner()
+    try:
+        for container in tool_containers(client, owner=owner):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                continue
+    except _ENGINE_ERRORS as exc:
+        raise InfrastructureError(
+            f"could not remove the containers of this run ({_one_line(exc)}); remove them with "
+            f"`docker rm -f $(docker ps -aq --filter label={OWNER_LABEL}={owner})`"
+        ) from exc
+
+
+@dataclass
+class ExampleRun:
+    """One run of a pypto-lib example in an image that has pypto and simpler installed."""
+
+    image: str
+    lib_dir: Path  # pypto-lib checkout, mounted read-only at /bisect/lib
+    script: str  # relative to lib_dir
+    platform: str
+    device: str
+    # <workdir>/runs/<run-id>/, mounted rw at /bisect/run; generated code goes to build_output/
+    artifacts_dir: Path
+    passthrough: Passthrough
+    extra_args: list[str] = field(default_factory=list)
+    python: str = "python3"
+    environment: dict[str, str] = field(default_factory=dict)  # PTO2_RING_*, ASCEND_HOME_PATH...
+    ptoas_root: Path | None = None  # mounted read-only at the same path, PTOAS_ROOT set
+    pto_isa_root: Path | None = None  # mounted read-only at the same path, PTO_ISA_ROOT set
+    cpus: float | None = None
+    timeout: float | None = None
+    # uid:gid that gets the artifacts; None = this process, so a non-root user can delete them
+    owner: tuple[int, int] | None = None
+
+
+# Runs the example, then hands what it wrote to the invoking user, keeping the example's exit code.
+_CHOWN_WRAPPER = '"$@"; status=$?; chown -R {owner} ' + RUN_MOUNT + " 2>/dev/null; exit $status"
+
+
+def example_container(run: ExampleRun) -> ContainerSpec:
+    """The container of one example run; pure, so the whole layout is unit-testable."""
+    script = PurePosixPath(run.script)
+    if script.is_absolute() or ".." in script.parts or not script.parts:
+        raise BadInput(
+            f"example {run.script!r} must be a path inside the pypto-lib checkout, "
+            f"e.g. models/qwen3_14b/decode_fwd.py"
+        )
+    pass_ = run.passthrough
+    environment = {**run.environment, **pass_.environment}
+    python_path = environment.get("PYTHONPATH")
+    environment["PYTHONPATH"] = f"{LIB_MOUNT}:{python_path}" if python_path else LIB_MOUNT
+    environment["PYPTO_PROG_BUILD_DIR"] = BUILD_OUTPUT
+    environment.setdefault("PYTHONUNBUFFERED", "1")
+    mounts = [
+        Mount(host=str(run.lib_dir.resolve()), container=LIB_MOUNT),
+        Mount(host=str(run.artifacts_dir.resolve()), container=RUN_MOUNT, read_only=False),
+    ]
+    for variable, root in (("PTOAS_ROOT", run.ptoas_root), ("PTO_ISA_ROOT", run.pto_isa_root)):
+        if root is not None:
+            path = str(root.resolve())
+            mounts.append(Mount(host=path, container=path))
+            environment[variable] = path
+    mounts.extend(pass_.mounts)
+    wrapper = _CHOWN_WRAPPER.format(owner=_artifact_owner(run))
+    command = [
+        *("sh", "-c", wrapper, "bisect-example"),
+        run.python,
+        f"{LIB_MOUNT}/{script}",
+        "-p",
+        run.platform,
+        "-d",
+        run.device,
+        *run.extra_args,
+    ]
+    return ContainerSpec(
+        image=run.image,
+        command=command,
+        environment=environment,
+        mounts=mounts,
+        devices=list(pass_.devices),
+        privileged=pass_.privileged,
+        ipc_mode=pass_.ipc_mode,
+        runtime=pass_.runtime,
+        network=False,
+        working_dir=RUN_MOUNT,
+        cpus=run.cpus,
+        labels={KIND_LABEL: "example"},
+    )
+
+
+def run_example(
+    client: docker.DockerClient,
+    run: ExampleRun,
+    *,
+    echo: Callable[[str], None] | None = None,
+) -> ContainerResult:
+    """Run the example; its output is in ``artifacts_dir/log.txt``, its code in build_output/."""
+    script = run.lib_dir / run.script
+    if not script.is_file():
+        raise BadInput(f"example {run.script} not found in {run.lib_dir}; check the example path")
+    run.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    spec = example_container(run)
+    result = run_container(
+        client, spec, log_path=run.artifacts_dir / "log.txt", timeout=run.timeout, echo=echo
+    )
+    if result.timed_out:
+        # The kill skipped the wrapper's chown: hand the files over in a short second container.
+        chown = ContainerSpec(
+            image=run.image,
+            command=["chown", "-R", _artifact_owner(run), RUN_MOUNT],
+            mounts=[m for m in spec.mounts if m.container == RUN_MOUNT],
+            labels={KIND_LABEL: "chown"},
+        )
+        run_container(
+            client, chown, log_path=run.artifacts_dir / "chown-log.txt", timeout=_GRACE_SECONDS * 6
+        )
+    return result
+
+
+def _artifact_owner(run: ExampleRun) -> str:
+    uid, gid = run.owner if run.owner is not None else (os.getuid(), os.getgid())
+    return f"{uid}:{gid}"
+
+
+def _create_arguments(spec: ContainerSpec, name: str) -> dict[str, Any]:
+    arguments: dict[str, Any] = {
+        "image": spec.image,
+        "command": list(spec.command),
+        "name": name,
+        "detach": True,
+        "environment": dict(spec.environment),
+        "labels": {**spec.labels, LABEL: "1", OWNER_LABEL: process_owner()},
+        "mounts": [
+            docker.types.Mount(
+                target=mount.container, source=mount.host, type="bind", read_only=mount.read_only
+            )
+            for mount in spec.mounts
+        ],
+        "privileged": spec.privileged,
+    }
+    if not spec.network:
+        arguments["network_mode"] = "none"
+    optional = {
+        "devices": list(spec.devices),
+        "ipc_mode": spec.ipc_mode,
+        "runtime": spec.runtime,
+        "working_dir": spec.working_dir,
+        "nano_cpus": int(spec.cpus * 1e9) if spec.cpus else None,
+        "mem_limit": spec.mem_limit,
+        "user": spec.user,
+    }
+    arguments.update({key: value for key, value in optional.items() if value})
+    return arguments
+
+
+class _LogPump(threading.Thread):
+    """Copies the container's combined output to the log file and `echo`, line by line."""
+
+    def __init__(
+        self,
+        container: Container,
+        log_path: Path,
+        echo: Callable[[str], None] | None,
+        wake: threading.Event,
+    ) -> None:
+        super().__init__(name=f"logs-{container.name}", daemon=True)
+        self.container = container
+        self.log_path = log_path
+        self.echo = echo
+        self.wake = wake
+        self.chunks: list[str] = []
+        self.echo_error: BaseException | None = None
+        self.stream_error: BaseException | None = None
+
+    def run(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        with self.log_path.open("w", encoding="utf-8") as log:
+            try:
+                for chunk in self.container.logs(stream=True, follow=True):
+                    pending += decoder.decode(chunk)
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        self._emit(log, line + "\n")
+                pending += decoder.decode(b"", final=True)
+                if pending:
+                    self._emit(log, pending)
+            except _EchoFailed:
+                pass
+            except Exception as exc:
+                self.stream_error = exc
+            finally:
+                self.wake.set()
+
+    def _emit(self, log: Any, text: str) -> None:
+        self.chunks.append(text)
+        log.write(text)
+        log.flush()
+        if self.echo is not None:
+            try:
+                self.echo(text.rstrip("\n"))
+            except BaseException as exc:
+                self.echo_error = exc
+                raise _EchoFailed from exc
+
+    @property
+    def output(self) -> str:
+        return "".join(self.chunks)
+
+
+class _EchoFailed(Exception):
+    pass
+
+
+class _Waiter(threading.Thread):
+    """Blocks on the engine's wait so the main thread stays free to notice Ctrl-C and timeouts."""
+
+    def __init__(self, container: Container, wake: threading.Event) -> None:
+        super().__init__(name=f"wait-{container.name}", daemon=True)
+        self.container = container
+        self.wake = wake
+        self.done = threading.Event()
+        self.status: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.status = self.container.wait()
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+            self.wake.set()
+
+
+def _supervise(
+    container: Container,
+    log_path: Path,
+    timeout: float | None,
+    echo: Callable[[str], None] | None,
+) -> ContainerResult:
+    wake = threading.Event()
+    container.start()
+    started = time.monotonic()
+    pump = _LogPump(container, log_path, echo, wake)
+    waiter = _Waiter(container, wake)
+    pump.start()
+    waiter.start()
+    deadline = None if timeout is None else started + timeout
+    timed_out = False
+    while not waiter.done.is_set():
+        if pump.echo_error is not None:
+            raise pump.echo_error
+        if deadline is not None and time.monotonic() >= deadline:
+            timed_out = _kill(container)
+            waiter.done.wait(_GRACE_SECONDS)
+            break
+        wake.wait(_POLL_SECONDS)
+        wake.clear()
+    seconds = time.monotonic() - started
+    pump.join(_GRACE_SECONDS)
+    if pump.echo_error is not None:
+        raise pump.echo_error
+    if waiter.error is not None and not timed_out:
+        raise waiter.error
+    if pump.stream_error is not None and not timed_out:
+        raise pump.stream_error
+    container.reload()
+    state = container.attrs.get("State", {})
+    exit_code = None
+    if not timed_out:
+        exit_code = (waiter.status or {}).get("StatusCode", state.get("ExitCode"))
+    return ContainerResult(
+        exit_code=exit_code,
+        timed_out=timed_out,
+        oom_killed=bool(state.get("OOMKilled", False)),
+        seconds=seconds,
+        log_path=log_path,
+        output=pump.output,
+    )
+
+
+def _kill(container: Container) -> bool:
+    """Kill a container that ran out of time; False when it had already exited by itself."""
+    try:
+        container.kill()
+    except docker.errors.APIError:
+        container.reload()
+        if container.status == "running":
+            raise
+        return False
+    return True
+
+
+def _remove(
+    client: docker.DockerClient, container: Container | None, name: str, *, quiet: bool
+) -> None:
+    """Force-remove by object or, when create was interrupted before returning, by name."""
+    try:
+        target = container if container is not None else client.containers.get(name)
+        target.remove(force=True)
+    except docker.errors.NotFound:
+        return
+    except _ENGINE_ERRORS as exc:
+        if quiet:
+            return
+        raise InfrastructureError(
+            f"could not remove container {name} ({_one_line(exc)}); remove it with "
+            f"`docker rm -f {name}`"
+        ) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
+    return re.sub(r"\s+", " ", str(text)).strip()

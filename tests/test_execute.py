@@ -1,0 +1,496 @@
+"""Containers on the real Docker Engine: output, limits, isolation, devices and, always, cleanup.
+
+Every Docker test here is also watched by the fixture that fails a test leaving a labelled
+container behind, so "the container is removed" is checked even where no assert says it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from runner.devices import Passthrough, passthrough
+from runner.errors import BadInput, InfrastructureError
+from runner.execute import (
+    LABEL,
+    LIB_MOUNT,
+    OWNER_LABEL,
+    RUN_MOUNT,
+    ContainerSpec,
+    ExampleRun,
+    Mount,
+    connect,
+    example_container,
+    process_owner,
+    remove_own_containers,
+    remove_stale_containers,
+    run_container,
+    run_example,
+    tool_containers,
+)
+from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
+
+docker_test = pytest.mark.docker
+
+
+def labelled_containers(client: docker.DockerClient) -> list[str]:
+    """Containers this test process owns right now."""
+    return [container.name for container in tool_containers(client, owner=process_owner())]
+
+
+def shell(image: str, script: str, **fields: object) -> ContainerSpec:
+    return ContainerSpec(image=image, command=["sh", "-c", script], **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def lib_dir(tmp_path: Path) -> Path:
+    """A pypto-lib checkout with the sample example; pypto itself sits at its root, so
+    PYTHONPATH=/bisect/lib finds it in the plain base image."""
+    root = tmp_path / "pypto-lib"
+    write_lib(root)
+    write_pypto(root, revision=1, uses_simpler=False)
+    return root
+
+
+def example(
+    image: str, lib_dir: Path, artifacts: Path, platform: str = "a2a3sim", **fields: object
+) -> ExampleRun:
+    return ExampleRun(  # type: ignore[arg-type]
+        image=image,
+        lib_dir=lib_dir,
+        script=EXAMPLE_PATH,
+        platform=platform,
+        device="0",
+        artifacts_dir=artifacts,
+        passthrough=fields.pop("passthrough", Passthrough()),  # type: ignore[arg-type]
+        **fields,
+    )
+
+
+# --- plain containers ------------------------------------------------------------------------
+
+
+@docker_test
+def test_exit_code_and_both_streams_are_captured(docker_client, base_image, tmp_path):
+    """Docker keeps each stream's order but not the interleaving of stdout with stderr."""
+    log = tmp_path / "logs" / "run.txt"
+    seen: list[str] = []
+    spec = shell(base_image, "echo out-1; echo err-1 >&2; echo out-2; echo err-2 >&2; exit 7")
+
+    result = run_container(docker_client, spec, log_path=log, echo=seen.append)
+
+    assert result.exit_code == 7
+    assert not result.timed_out
+    assert not result.oom_killed
+    assert sorted(result.output.splitlines()) == ["err-1", "err-2", "out-1", "out-2"]
+    assert result.output.index("out-1") < result.output.index("out-2")
+    assert result.output.index("err-1") < result.output.index("err-2")
+    assert log.read_text() == result.output
+    assert seen == result.output.splitlines()
+    assert labelled_containers(docker_client) == []
+
+
+@docker_test
+def test_a_last_line_without_newline_is_kept(docker_client, base_image, tmp_path):
+    seen: list[str] = []
+    spec = shell(base_image, "echo first; printf 'ünïcode without newline'")
+
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt", echo=seen.append)
+
+    assert result.output == "first\nünïcode without newline"
+    assert seen == ["first", "ünïcode without newline"]
+
+
+@docker_test
+def test_the_container_has_no_network(docker_client, base_image, tmp_path):
+    probe = (
+        "import os, socket\n"
+        "print('interfaces', sorted(os.listdir('/sys/class/net')))\n"
+        "try:\n"
+        "    socket.create_connection(('1.1.1.1', 53), timeout=3)\n"
+        "    print('connected')\n"
+        "except OSError as exc:\n"
+        "    print('no route', exc.errno)\n"
+    )
+    spec = ContainerSpec(image=base_image, command=["python3", "-c", probe])
+
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt")
+
+    assert result.exit_code == 0, result.output
+    assert "interfaces ['lo']" in result.output
+    assert "no route" in result.output
+    assert "connected" not in result.output
+
+
+@docker_test
+def test_environment_and_read_only_mounts_arrive(docker_client, base_image, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "input.txt").write_text("from the host\n")
+    spec = shell(
+        base_image,
+        'echo "value=$BISECT_VALUE"; cat /data/input.txt; id -u; touch /data/new',
+        environment={"BISECT_VALUE": "42"},
+        mounts=[Mount(str(data), "/data")],
+        user="1234:1234",
+    )
+
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt")
+
+    assert "value=42" in result.output
+    assert "from the host" in result.output
+    assert "1234" in result.output
+    assert "Read-only file system" in result.output
+    assert result.exit_code != 0
+    assert not (data / "new").exists()
+
+
+@docker_test
+def test_a_timeout_kills_and_removes_the_container(docker_client, base_image, tmp_path):
+    spec = shell(base_image, "echo started; sleep 60")
+
+    started = time.monotonic()
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt", timeout=1.5)
+
+    assert time.monotonic() - started < 8
+    assert result.timed_out
+    assert result.exit_code is None
+    assert 1.5 <= result.seconds < 8
+    assert "started" in (tmp_path / "log.txt").read_text()
+    assert labelled_containers(docker_client) == []
+
+
+@docker_test
+def test_a_container_that_ends_before_its_timeout_is_not_timed_out(
+    docker_client, base_image, tmp_path
+):
+    result = run_container(
+        docker_client, shell(base_image, "exit 0"), log_path=tmp_path / "log.txt", timeout=60
+    )
+
+    assert result.exit_code == 0
+    assert not result.timed_out
+    assert result.seconds < 30
+
+
+@docker_test
+def test_memory_exhaustion_is_reported_as_oom_killed(docker_client, base_image, tmp_path):
+    spec = ContainerSpec(
+        image=base_image,
+        command=["python3", "-c", "blocks = [bytearray(1 << 20) for _ in range(512)]"],
+        mem_limit="64m",
+    )
+
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt", timeout=60)
+
+    assert result.oom_killed
+    assert result.exit_code == 137
+
+
+@docker_test
+def test_ctrl_c_from_the_echo_callback_still_removes_the_container(
+    docker_client, base_image, tmp_path
+):
+    def echo(line: str) -> None:
+        if line == "ready":
+            raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_container(
+            docker_client,
+            shell(base_image, "echo ready; sleep 60"),
+            log_path=tmp_path / "log.txt",
+            echo=echo,
+        )
+
+    assert time.monotonic() - started < 20
+    assert labelled_containers(docker_client) == []
+
+
+@docker_test
+def test_ctrl_c_in_the_main_thread_mid_run_still_removes_the_container(
+    docker_client, base_image, tmp_path
+):
+    seen = threading.Event()
+    timer = threading.Timer(0, _thread.interrupt_main)
+
+    def echo(line: str) -> None:
+        if line == "ready" and not seen.is_set():
+            seen.set()
+            timer.start()
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_container(
+            docker_client,
+            shell(base_image, "echo ready; sleep 60"),
+            log_path=tmp_path / "log.txt",
+            echo=echo,
+        )
+        time.sleep(30)  # only reached if the interrupt missed the run
+
+    timer.join()
+    assert time.monotonic() - started < 20
+    assert labelled_containers(docker_client) == []
+
+
+@docker_test
+def test_a_missing_image_says_to_build_or_load_it(docker_client, tmp_path):
+    spec = ContainerSpec(image="bisect-precision-no-such-image:latest", command=["true"])
+
+    with pytest.raises(BadInput) as error:
+        run_container(docker_client, spec, log_path=tmp_path / "log.txt")
+
+    assert str(error.value) == (
+        "image bisect-precision-no-such-image:latest not found in the Docker Engine; "
+        "build or load it first"
+    )
+
+
+@docker_test
+def test_a_container_that_cannot_start_is_an_infrastructure_error_and_is_removed(
+    docker_client, base_image, tmp_path
+):
+    spec = ContainerSpec(
+        image=base_image, command=["true"], devices=["/dev/no-such-npu:/dev/davinci0:rwm"]
+    )
+
+    with pytest.raises(InfrastructureError) as error:
+        run_container(docker_client, spec, log_path=tmp_path / "log.txt")
+
+    assert "\n" not in str(error.value)
+    assert "/dev/no-such-npu" in str(error.value)
+    assert labelled_containers(docker_client) == []
+
+
+def test_no_engine_is_an_infrastructure_error_that_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+
+    with pytest.raises(InfrastructureError, match="start dockerd or set DOCKER_HOST"):
+        connect()
+
+
+# --- cleanup of other runs' containers ---------------------------------------------------------
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def started_container(client: docker.DockerClient, image: str, owner: str):
+    container = client.containers.create(
+        image,
+        ["sleep", "60"],
+        labels={LABEL: "1", OWNER_LABEL: owner},
+        network_mode="none",
+    )
+    container.start()
+    return container
+
+
+@docker_test
+def test_stale_containers_of_dead_processes_are_removed_and_others_kept(docker_client, base_image):
+    host = socket.gethostname()
+    stale = started_container(docker_client, base_image, f"{host}:{dead_pid()}")
+    mine = started_container(docker_client, base_image, process_owner())
+    elsewhere = started_container(docker_client, base_image, f"other-host-{host}:{dead_pid()}")
+    try:
+        removed = remove_stale_containers(docker_client)
+
+        assert stale.name in removed
+        assert mine.name not in removed
+        assert elsewhere.name not in removed
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(stale.id)
+        docker_client.containers.get(mine.id)
+        docker_client.containers.get(elsewhere.id)
+    finally:
+        for container in (stale, mine, elsewhere):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+@docker_test
+def test_remove_own_containers_removes_only_this_process_containers(docker_client, base_image):
+    mine = started_container(docker_client, base_image, process_owner())
+    foreign = started_container(docker_client, base_image, f"{socket.gethostname()}:1")
+    try:
+        remove_own_containers(docker_client)
+
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(mine.id)
+        docker_client.containers.get(foreign.id)
+    finally:
+        for container in (mine, foreign):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+# --- example runs ------------------------------------------------------------------------------
+
+
+def test_an_example_container_is_isolated_and_laid_out_for_the_example(tmp_path):
+    lib, run_dir, ptoas = tmp_path / "lib", tmp_path / "run", tmp_path / "ptoas"
+    run = example(
+        "cann:test",
+        lib,
+        run_dir,
+        platform="a2a3",
+        passthrough=Passthrough(
+            devices=("/dev/null:/dev/davinci0:rwm",), environment={"ASCEND_X": "1"}
+        ),
+        extra_args=["--steps", "2"],
+        environment={"PTO2_RING_HEAP": "1073741824", "PYTHONPATH": "/opt/extra"},
+        ptoas_root=ptoas,
+        cpus=2.0,
+        owner=(1000, 1001),
+    )
+
+    spec = example_container(run)
+
+    assert spec.image == "cann:test"
+    assert spec.command[:2] == ["sh", "-c"]
+    assert "chown -R 1000:1001 /bisect/run" in spec.command[2]
+    assert spec.command[4:] == [
+        "python3",
+        f"{LIB_MOUNT}/{EXAMPLE_PATH}",
+        *("-p", "a2a3", "-d", "0", "--steps", "2"),
+    ]
+    assert spec.mounts == [
+        Mount(str(lib), LIB_MOUNT),
+        Mount(str(run_dir), RUN_MOUNT, read_only=False),
+        Mount(str(ptoas), str(ptoas)),
+    ]
+    assert spec.environment["PYTHONPATH"] == f"{LIB_MOUNT}:/opt/extra"
+    assert spec.environment["PYPTO_PROG_BUILD_DIR"] == f"{RUN_MOUNT}/build_output"
+    assert spec.environment["PTOAS_ROOT"] == str(ptoas)
+    assert spec.environment["PTO2_RING_HEAP"] == "1073741824"
+    assert spec.environment["ASCEND_X"] == "1"
+    assert "PTO_ISA_ROOT" not in spec.environment
+    assert spec.devices == ["/dev/null:/dev/davinci0:rwm"]
+    assert spec.working_dir == RUN_MOUNT
+    assert spec.cpus == 2.0
+    assert not spec.network
+    assert not spec.privileged
+
+
+@pytest.mark.parametrize("script", ["/abs/example.py", "../outside.py", ""])
+def test_an_example_outside_the_lib_checkout_is_rejected(script, tmp_path):
+    run = example("img", tmp_path, tmp_path / "run")
+    run.script = script
+
+    with pytest.raises(BadInput, match="inside the pypto-lib checkout"):
+        example_container(run)
+
+
+@docker_test
+def test_a_simulator_example_leaves_its_log_and_generated_code_in_the_artifacts_dir(
+    docker_client, base_image, lib_dir, tmp_path
+):
+    artifacts = tmp_path / "runs" / "r1"
+    run = example(base_image, lib_dir, artifacts, owner=(4321, 4322))
+
+    result = run_example(docker_client, run)
+
+    assert result.exit_code == 0, result.output
+    assert "[RUN] PASS" in result.output
+    assert result.log_path == artifacts / "log.txt"
+    assert "[RUN] PASS" in (artifacts / "log.txt").read_text()
+    (generated,) = (artifacts / "build_output").glob("DecodeFwd_*")
+    assert (generated / "kernels" / "aiv" / "DecodeFwd.cpp").is_file()
+    assert (generated / "ptoas" / "DecodeFwd.pto").is_file()
+    owners = {(path.stat().st_uid, path.stat().st_gid) for path in generated.rglob("*")}
+    assert owners == {(4321, 4322)}
+
+
+@docker_test
+def test_the_example_exit_code_survives_the_wrapper(docker_client, base_image, tmp_path):
+    lib = tmp_path / "lib"
+    write_lib(lib)
+    write_pypto(lib, revision=2, factor=1.01, uses_simpler=False)
+
+    result = run_example(docker_client, example(base_image, lib, tmp_path / "run"))
+
+    assert result.exit_code == 1
+    assert "does not match golden" in result.output
+
+
+@docker_test
+def test_a_mapped_device_is_a_character_device_inside_the_container(
+    docker_client, base_image, lib_dir, tmp_path
+):
+    host = tmp_path / "host"
+    (host / "usr/local/Ascend/driver").mkdir(parents=True)
+    (host / "usr/local/Ascend/driver/version.info").write_text("Version=24.1.0\n")
+    devices = passthrough("explicit", "a2a3", ["0"], ["/dev/null:/dev/davinci0"], root=host)
+    run = example(base_image, lib_dir, tmp_path / "run", platform="a2a3", passthrough=devices)
+    run.extra_args = []
+    run.python = "sh"
+    run.script = "probe.sh"
+    (lib_dir / "probe.sh").write_text(
+        'cat /usr/local/Ascend/driver/version.info\npython3 "$(dirname "$0")/models/sample/'
+        'decode_fwd.py" "$@"\n'
+    )
+
+    result = run_example(docker_client, run)
+
+    assert result.exit_code == 0, result.output
+    assert "Version=24.1.0" in result.output
+    assert "/dev/davinci0 is a character device" in result.output
+    assert "[RUN] PASS" in result.output
+
+
+@docker_test
+def test_without_passthrough_an_npu_example_cannot_initialise(
+    docker_client, base_image, lib_dir, tmp_path
+):
+    run = example(base_image, lib_dir, tmp_path / "run", platform="a2a3")
+
+    result = run_example(docker_client, run)
+
+    assert result.exit_code == 3
+    assert "aclInit failed" in result.output
+
+
+@docker_test
+def test_a_timed_out_example_still_hands_its_files_to_the_user(
+    docker_client, base_image, lib_dir, tmp_path
+):
+    (lib_dir / "hang.py").write_text(
+        "import pathlib, time\n"
+        "pathlib.Path('partial.txt').write_text('half done')\n"
+        "print('hanging', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    artifacts = tmp_path / "run"
+    run = example(base_image, lib_dir, artifacts, timeout=3, owner=(4321, 4322))
+    run.script = "hang.py"
+
+    result = run_example(docker_client, run)
+
+    assert result.timed_out
+    assert "hanging" in (artifacts / "log.txt").read_text()
+    partial = artifacts / "partial.txt"
+    assert partial.read_text() == "half done"
+    assert (partial.stat().st_uid, partial.stat().st_gid) == (4321, 4322)
+
+
+def test_a_missing_example_is_reported_before_any_container(tmp_path):
+    run = example("img", tmp_path, tmp_path / "run")
+
+    with pytest.raises(BadInput, match="not found in"):
+        run_example(None, run)  # type: ignore[arg-type]
+    assert not os.path.exists(tmp_path / "run")
