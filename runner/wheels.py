@@ -1,0 +1,581 @@
+"""Build pypto and simpler wheels in throw-away containers; keep them in a content-addressed cache.
+
+The legacy builder behind docker-py has no BuildKit cache mounts, so wheels are built by a plain
+container with a mounted ccache directory and only then copied into test images (see images.py).
+A wheel depends on the commit, the image it was built in and the build recipe; the cache key covers
+exactly those, so neighbouring bisects (and two runs at once) share every build. A commit whose
+build genuinely fails is remembered as a failure: retrying it would only fail again, slowly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import docker
+from filelock import FileLock, Timeout
+
+from runner.errors import InfrastructureError
+from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, run_container
+
+DEFAULT_BUILD_COMMAND = "python3 -m pip wheel --no-deps --no-build-isolation --no-index -w /out ."
+
+# Bump when the in-container recipe below changes in a way that could change a wheel.
+_RECIPE_VERSION = 1
+_ENTRY_FORMAT = 1
+_BUILD_DIR = "/tmp/bisect-build"  # fixed, so ccache sees the same paths for every commit
+_STALE_TMP_SECONDS = 24 * 3600
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How wheels are built; everything except cpus and timeout is part of the cache key."""
+
+    base_image: str
+    base_image_id: str
+    command: str = DEFAULT_BUILD_COMMAND
+    environment: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    network: bool = False
+    cpus: float | None = None
+    timeout: float | None = 3600
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "environment", dict(sorted(self.environment.items())))
+        object.__setattr__(self, "mounts", tuple(self.mounts))
+
+    def summary(self) -> dict[str, object]:
+        """The key-relevant settings, as recorded in each cache entry for `cache ls` and humans."""
+        return {
+            "base_image": self.base_image,
+            "base_image_id": self.base_image_id,
+            "command": self.command,
+            "environment": dict(self.environment),
+            "mounts": [[m.host, m.container, m.read_only] for m in self.mounts],
+            "network": self.network,
+        }
+
+    def digest(self) -> str:
+        """Stable over runs; the image *name* is left out because only its id changes a wheel."""
+        relevant = self.summary()
+        del relevant["base_image"]
+        relevant["recipe"] = _RECIPE_VERSION
+        blob = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class WheelResult:
+    package: str
+    commit: str
+    key: str
+    ok: bool
+    wheel: Path | None
+    sha256: str | None
+    log_path: Path
+    seconds: float
+    from_cache: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    package: str
+    commit: str
+    ok: bool
+    size: int
+    created: datetime
+    last_used: datetime
+    wheel: str | None
+    sha256: str | None
+    reason: str
+    path: Path
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class WheelCache:
+    """Wheels (and remembered build failures) on disk, one directory per key, LRU-pruned.
+
+    Layout: `<root>/<key[:2]>/<key>/{entry.json, <wheel>, build.log}`; entries appear by an
+    atomic rename from `<root>/.tmp`, and a per-key file lock in `<root>/.locks` makes two
+    processes sharing the cache build a key once.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._locks: dict[str, FileLock] = {}
+
+    # -- paths and locks -------------------------------------------------------------------
+
+    def key(self, package: str, commit: str, settings: BuildSettings) -> str:
+        blob = json.dumps(
+            {
+                "package": package,
+                "commit": commit,
+                "base_image_id": settings.base_image_id,
+                "settings": settings.digest(),
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / ".tmp"
+
+    @property
+    def failed_log_dir(self) -> Path:
+        """Logs of failures that are not cached (timeouts, OOM kills): kept for the user to read."""
+        return self.root / ".logs"
+
+    def _lock_for(self, key: str) -> FileLock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock_dir = self.root / ".locks"
+            try:
+                lock_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _infrastructure(exc, f"create the wheel cache at {self.root}") from exc
+            lock = self._locks[key] = FileLock(str(lock_dir / f"{key}.lock"))
+        return lock
+
+    @contextlib.contextmanager
+    def locked(self, key: str, echo: Echo | None = None) -> Iterator[None]:
+        """Hold the key's lock; say so when another process is building the same wheel."""
+        lock = self._lock_for(key)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if echo:
+                echo(f"waiting for another run that is building cache entry {key[:12]} ...")
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _read_entry(self, key: str) -> CacheEntry | None:
+        path = self.entry_dir(key)
+        try:
+            data = json.loads((path / "entry.json").read_text())
+            return CacheEntry(
+                key=key,
+                package=str(data["package"]),
+                commit=str(data["commit"]),
+                ok=bool(data["ok"]),
+                size=_dir_size(path),
+                created=datetime.fromisoformat(data["created"]),
+                last_used=datetime.fromisoformat(data["last_used"]),
+                wheel=data.get("wheel"),
+                sha256=data.get("sha256"),
+                reason=str(data.get("reason", "")),
+                path=path,
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def lookup(self, package: str, commit: str, settings: BuildSettings) -> WheelResult | None:
+        """The cached wheel or failure for this build, marked as just used; None on a miss."""
+        key = self.key(package, commit, settings)
+        with self.locked(key):
+            return self._lookup_locked(key)
+
+    def _lookup_locked(self, key: str) -> WheelResult | None:
+        path = self.entry_dir(key)
+        if not path.exists():
+            return None
+        entry = self._read_entry(key)
+        wheel = path / entry.wheel if entry and entry.wheel else None
+        if entry is None or (entry.ok and (wheel is None or not wheel.is_file())):
+            # Half-deleted or corrupt by hand: treat as a miss and let it be rebuilt.
+            self._discard(path)
+            return None
+        self._touch(path)
+        return WheelResult(
+            package=entry.package,
+            commit=entry.commit,
+            key=key,
+            ok=entry.ok,
+            wheel=wheel if entry.ok else None,
+            sha256=entry.sha256 if entry.ok else None,
+            log_path=path / "build.log",
+            seconds=0.0,
+            from_cache=True,
+            reason=entry.reason,
+        )
+
+    def _touch(self, path: Path) -> None:
+        try:
+            meta = path / "entry.json"
+            data = json.loads(meta.read_text())
+            data["last_used"] = _now().isoformat()
+            _write_json_atomic(meta, data)
+        except (OSError, ValueError):
+            pass  # LRU bookkeeping only; a read-only or full cache still serves its wheels
+
+    def entries(self) -> list[CacheEntry]:
+        """Every readable entry, least recently used first."""
+        found: list[CacheEntry] = []
+        if not self.root.is_dir():
+            return found
+        for meta in self.root.glob("??/*/entry.json"):
+            entry = self._read_entry(meta.parent.name)
+            if entry is not None:
+                found.append(entry)
+        return sorted(found, key=lambda e: (e.last_used, e.key))
+
+    def size(self) -> int:
+        return sum(e.size for e in self.entries())
+
+    # -- removing --------------------------------------------------------------------------
+
+    def _discard(self, path: Path) -> None:
+        """Rename first so a reader never sees half an entry, then delete at leisure."""
+        try:
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            trash = Path(tempfile.mkdtemp(prefix=f"trash-{path.name[:12]}-", dir=self.tmp_dir))
+            os.replace(path, trash / "entry")
+            shutil.rmtree(trash, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _infrastructure(exc, f"remove cache entry {path}") from exc
+
+    def _remove(self, entries: list[CacheEntry]) -> list[CacheEntry]:
+        removed = []
+        for entry in entries:
+            lock = self._lock_for(entry.key)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue  # in use by a running build; leave it
+            try:
+                self._discard(entry.path)
+                removed.append(entry)
+            finally:
+                lock.release()
+        return removed
+
+    def prune(self, max_bytes: int | None = None) -> list[CacheEntry]:
+        """Drop least recently used entries until the cache fits max_bytes (None: drop all)."""
+        self._sweep_tmp()
+        entries = self.entries()
+        if max_bytes is None:
+            return self._remove(entries)
+        total = sum(e.size for e in entries)
+        victims = []
+        for entry in entries:
+            if total <= max_bytes:
+                break
+            victims.append(entry)
+            total -= entry.size
+        return self._remove(victims)
+
+    def remove_failures(self) -> list[CacheEntry]:
+        """Forget remembered failures, e.g. after fixing the build environment."""
+        return self._remove([e for e in self.entries() if not e.ok])
+
+    def _sweep_tmp(self) -> None:
+        """Leftovers of killed runs; recent ones may belong to a build running right now."""
+        if not self.tmp_dir.is_dir():
+            return
+        cutoff = time.time() - _STALE_TMP_SECONDS
+        for child in self.tmp_dir.iterdir():
+            with contextlib.suppress(OSError):
+                if child.stat().st_mtime < cutoff:
+                    shutil.rmtree(child, ignore_errors=True)
+
+
+def _infrastructure(exc: OSError, doing: str) -> InfrastructureError:
+    if exc.errno == errno.ENOSPC:
+        return InfrastructureError(
+            f"no space left on device while trying to {doing}; free disk space or prune the "
+            "cache (`cache prune --max-size ...`) and resume"
+        )
+    return InfrastructureError(f"could not {doing}: {exc}; check the cache directory and resume")
+
+
+_PIP_NOISE = re.compile(
+    r"^(error: (subprocess-exited-with-error|metadata-generation-failed)"
+    r"|ERROR: Failed (building wheel|to build)|note: |hint: |[\u00d7\u2570\u2502])",
+    re.IGNORECASE,
+)
+
+
+def last_error_line(output: str) -> str:
+    """The line a human would look for first: the last specific error, not pip's epilogue."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.search("error", line, re.IGNORECASE) and not _PIP_NOISE.match(line):
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _builder_script(command: str, owner: tuple[int, int] | None) -> str:
+    """pip writes build/ and *.egg-info into the tree, so build in a copy of the read-only /src."""
+    lines = ["set -e"]
+    if owner is not None:
+        uid, gid = owner
+        lines.append(f"trap 'chown -R {uid}:{gid} /out /ccache 2>/dev/null || true' EXIT")
+    lines += [
+        f"rm -rf {_BUILD_DIR} && mkdir -p {_BUILD_DIR}",
+        f"cp -a /src/. {_BUILD_DIR}/",
+        f"cd {_BUILD_DIR}",
+        command,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _caller_owner() -> tuple[int, int] | None:
+    if not hasattr(os, "getuid") or os.getuid() == 0:
+        return None
+    return os.getuid(), os.getgid()
+
+
+def _hand_back(client: docker.DockerClient, spec: ContainerSpec, log_path: Path) -> None:
+    """A killed builder skipped its chown trap; without this a non-root caller could not delete
+    the root-owned files it left in /out and /ccache."""
+    owner = _caller_owner()
+    if owner is None:
+        return
+    chown = ContainerSpec(
+        image=spec.image,
+        command=["chown", "-R", f"{owner[0]}:{owner[1]}", "/out", "/ccache"],
+        mounts=[m for m in spec.mounts if m.container in ("/out", "/ccache")],
+        labels={KIND_LABEL: "chown"},
+    )
+    run_container(client, chown, log_path=log_path, timeout=120)
+
+
+def builder_spec(
+    package: str,
+    commit: str,
+    key: str,
+    settings: BuildSettings,
+    *,
+    src: Path,
+    out: Path,
+    ccache_dir: Path,
+) -> ContainerSpec:
+    """The builder container: sources read-only, network off unless asked, ccache shared."""
+    environment = {
+        "HOME": "/tmp",
+        "CCACHE_DIR": "/ccache",
+        "PIP_BREAK_SYSTEM_PACKAGES": "1",
+        "PIP_NO_INPUT": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        **settings.environment,
+    }
+    mounts = [
+        Mount(host=str(src), container="/src", read_only=True),
+        Mount(host=str(out), container="/out", read_only=False),
+        Mount(host=str(ccache_dir), container="/ccache", read_only=False),
+        *settings.mounts,
+    ]
+    return ContainerSpec(
+        image=settings.base_image_id or settings.base_image,
+        command=["sh", "-c", _builder_script(settings.command, _caller_owner())],
+        environment=environment,
+        mounts=mounts,
+        devices=[],
+        network=settings.network,
+        working_dir=None,
+        cpus=settings.cpus,
+        mem_limit=None,
+        labels={
+            LABEL: "1",
+            KIND_LABEL: "wheel-build",
+            f"{LABEL}.package": package,
+            f"{LABEL}.commit": commit,
+            f"{LABEL}.key": key,
+        },
+        user=None,
+    )
+
+
+def build_wheel(
+    client: docker.DockerClient,
+    cache: WheelCache,
+    package: str,
+    commit: str,
+    prepare_source: Callable[[Path], object],
+    settings: BuildSettings,
+    *,
+    ccache_dir: Path,
+    echo: Echo | None = None,
+) -> WheelResult:
+    """The wheel of `package` at `commit`, from the cache or built now.
+
+    `prepare_source(dir)` fills an empty directory with the commit's sources; it is only called
+    on a miss. Build failures are cached; engine, disk and timeout failures are not, since
+    another attempt may well succeed.
+    """
+    key = cache.key(package, commit, settings)
+    with cache.locked(key, echo):
+        hit = cache._lookup_locked(key)
+        if hit is not None:
+            return hit
+        try:
+            cache.tmp_dir.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-", dir=cache.tmp_dir))
+        except OSError as exc:
+            raise _infrastructure(exc, f"create a build directory in {cache.root}") from exc
+        try:
+            return _build(
+                client,
+                cache,
+                key,
+                package,
+                commit,
+                prepare_source,
+                settings,
+                work=work,
+                ccache_dir=ccache_dir,
+                echo=echo,
+            )
+        except OSError as exc:
+            raise _infrastructure(exc, f"build the {package} wheel for {commit[:12]}") from exc
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _build(
+    client: docker.DockerClient,
+    cache: WheelCache,
+    key: str,
+    package: str,
+    commit: str,
+    prepare_source: Callable[[Path], object],
+    settings: BuildSettings,
+    *,
+    work: Path,
+    ccache_dir: Path,
+    echo: Echo | None,
+) -> WheelResult:
+    src, out, staged = work / "src", work / "out", work / "entry"
+    for directory in (src, out, staged):
+        directory.mkdir()
+    ccache_dir = Path(ccache_dir).resolve()
+    ccache_dir.mkdir(parents=True, exist_ok=True)
+    prepare_source(src)
+
+    spec = builder_spec(
+        package, commit, key, settings, src=src.resolve(), out=out.resolve(), ccache_dir=ccache_dir
+    )
+    log_path = staged / "build.log"
+    started = time.monotonic()
+    result = run_container(client, spec, log_path=log_path, timeout=settings.timeout, echo=echo)
+    seconds = time.monotonic() - started
+
+    if result.timed_out or result.oom_killed:
+        # Says nothing about the commit: keep the log outside the cache and let a later run retry.
+        _hand_back(client, spec, work / "chown.log")
+        cache.failed_log_dir.mkdir(parents=True, exist_ok=True)
+        kept_log = cache.failed_log_dir / f"{key}.log"
+        shutil.copyfile(log_path, kept_log)
+        why = (
+            f"build timed out after {settings.timeout:g}s"
+            if result.timed_out
+            else "build was killed for running out of memory"
+        )
+        return WheelResult(
+            package=package,
+            commit=commit,
+            key=key,
+            ok=False,
+            wheel=None,
+            sha256=None,
+            log_path=kept_log,
+            seconds=seconds,
+            from_cache=False,
+            reason=why,
+        )
+
+    wheels = sorted(out.glob("*.whl"))
+    wheel_name: str | None = None
+    sha256: str | None = None
+    reason = ""
+    if result.exit_code != 0:
+        reason = f"build failed (exit {result.exit_code}): {last_error_line(result.output)}"
+    elif len(wheels) != 1:
+        names = ", ".join(w.name for w in wheels) or "none"
+        reason = f"build failed (exit 0): expected exactly one wheel in /out, found {names}"
+    else:
+        wheel_name = wheels[0].name
+        sha256 = _file_sha256(wheels[0])
+        shutil.move(str(wheels[0]), staged / wheel_name)
+
+    stamp = _now().isoformat()
+    _write_json_atomic(
+        staged / "entry.json",
+        {
+            "format": _ENTRY_FORMAT,
+            "key": key,
+            "package": package,
+            "commit": commit,
+            "ok": wheel_name is not None,
+            "wheel": wheel_name,
+            "sha256": sha256,
+            "size": (staged / wheel_name).stat().st_size if wheel_name else 0,
+            "seconds": round(seconds, 3),
+            "created": stamp,
+            "last_used": stamp,
+            "reason": reason,
+            "settings": settings.summary(),
+        },
+    )
+    final = cache.entry_dir(key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, final)
+    return WheelResult(
+        package=package,
+        commit=commit,
+        key=key,
+        ok=wheel_name is not None,
+        wheel=final / wheel_name if wheel_name else None,
+        sha256=sha256,
+        log_path=final / "build.log",
+        seconds=seconds,
+        from_cache=False,
+        reason=reason,
+    )

@@ -1,0 +1,332 @@
+"""Test images hold one pypto/simpler pair on top of the base image, and are reused when equal."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import secrets
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from runner.execute import LABEL, ContainerSpec, run_container
+from runner.images import (
+    TestImage,
+    WheelInstallFailed,
+    ensure_test_image,
+    image_tag,
+    render_dockerfile,
+    template_digest,
+)
+from runner.sample.packages import write_pypto, write_simpler
+from runner.wheels import BuildSettings, WheelCache, build_wheel
+
+# Unique per test run, so images of concurrent runs never collide and cleanup finds only ours.
+RUN = secrets.token_hex(4)
+ENTRYPOINT_BASE = f"bisect-precision-test/entrypoint-base:{RUN}"
+
+
+def sha(name: str) -> str:
+    """A commit-like SHA of this test run; distinct in its first 12 digits, as tags need."""
+    return hashlib.sha1(f"{RUN}:{name}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Wheels:
+    simpler: Path
+    pypto_1: Path
+    pypto_2: Path
+    pypto_alone: Path
+
+
+@pytest.fixture(scope="module")
+def base_image_id(docker_client: docker.DockerClient, base_image: str) -> str:
+    return docker_client.images.get(base_image).id
+
+
+@pytest.fixture(scope="module")
+def wheels(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Wheels:
+    cache_root = tmp_path_factory.mktemp("cache")
+    cache = WheelCache(cache_root / "wheels")
+    settings = BuildSettings(base_image=base_image, base_image_id=base_image_id, timeout=120)
+    sources = {
+        "simpler": lambda d: write_simpler(d, revision=1),
+        "pypto_1": lambda d: write_pypto(d, revision=1),
+        "pypto_2": lambda d: write_pypto(d, revision=2, factor=1.5),
+        "pypto_alone": lambda d: write_pypto(d, revision=0, uses_simpler=False),
+    }
+    built = {}
+    for name, write in sources.items():
+        package = "simpler" if name == "simpler" else "pypto"
+        result = build_wheel(
+            docker_client,
+            cache,
+            package,
+            sha(name),
+            write,
+            settings,
+            ccache_dir=cache_root / "ccache",
+        )
+        assert result.ok and result.wheel is not None, result.reason
+        built[name] = result.wheel
+    return Wheels(**built)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remove_test_images(docker_client: docker.DockerClient) -> Iterator[None]:
+    """Images are labelled with the pypto SHA; every SHA of this module starts with RUN."""
+    yield
+    names = ("pypto_1", "pypto_2", "pypto_alone", "broken")
+    for name in names:
+        for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha(name)}"}):
+            docker_client.images.remove(image.id, force=True)
+    for image in docker_client.images.list(filters={"label": f"{LABEL}.test-run={RUN}"}):
+        docker_client.images.remove(image.id, force=True)
+
+
+def run_in(client: docker.DockerClient, image: str, code: str, log_path: Path) -> str:
+    result = run_container(
+        client, ContainerSpec(image=image, command=["python3", "-c", code]), log_path=log_path
+    )
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.docker
+def test_a_test_image_holds_both_wheels_and_says_so_in_its_labels(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    def ensure() -> TestImage:
+        return ensure_test_image(
+            docker_client,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=sha("pypto_1"),
+            pypto_wheel=wheels.pypto_1,
+            simpler_sha=sha("simpler"),
+            simpler_wheel=wheels.simpler,
+            log_path=tmp_path / "image.log",
+        )
+
+    built = ensure()
+    again = ensure()
+
+    assert not built.reused and built.seconds > 0
+    assert built.tag == image_tag(sha("pypto_1"), sha("simpler"))
+    assert built.tag == f"bisect-precision/pypto:{sha('pypto_1')[:12]}-{sha('simpler')[:12]}"
+    image = docker_client.images.get(built.image_id)
+    assert built.tag in image.tags
+    labels = image.labels
+    assert labels[LABEL] == "1"
+    assert labels[f"{LABEL}.pypto"] == sha("pypto_1")
+    assert labels[f"{LABEL}.simpler"] == sha("simpler")
+    assert labels[f"{LABEL}.base-image"] == base_image_id
+    assert labels[f"{LABEL}.template"] == template_digest()
+    assert len(labels[f"{LABEL}.pypto-wheel"]) == 64
+    assert len(labels[f"{LABEL}.simpler-wheel"]) == 64
+    assert "Successfully tagged" in (tmp_path / "image.log").read_text()
+
+    assert again.reused and again.image_id == built.image_id and again.tag == built.tag
+    output = run_in(
+        docker_client,
+        built.tag,
+        "import pypto, simpler; print(pypto.REVISION, simpler.describe(), pypto.mean([1.0, 3.0]))",
+        tmp_path / "run.log",
+    )
+    assert output.strip() == "1 simpler r1 2.0"
+
+
+@pytest.mark.docker
+def test_pypto_commits_pinning_the_same_simpler_share_its_layer(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    images = [
+        ensure_test_image(
+            docker_client,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=sha(name),
+            pypto_wheel=wheel,
+            simpler_sha=sha("simpler"),
+            simpler_wheel=wheels.simpler,
+            log_path=tmp_path / f"{name}.log",
+        )
+        for name, wheel in (("pypto_1", wheels.pypto_1), ("pypto_2", wheels.pypto_2))
+    ]
+
+    base_layers = docker_client.images.get(base_image_id).attrs["RootFS"]["Layers"]
+    first, second = (docker_client.images.get(i.image_id).attrs["RootFS"]["Layers"] for i in images)
+    shared = len(base_layers) + 2  # COPY + RUN of the simpler wheel
+    assert first[:shared] == second[:shared]
+    assert first[shared:] != second[shared:]
+    assert images[0].image_id != images[1].image_id
+    output = run_in(
+        docker_client, images[1].tag, "import pypto; print(pypto.FACTOR)", tmp_path / "r"
+    )
+    assert output.strip() == "1.5"
+
+
+@pytest.mark.docker
+def test_a_pypto_from_before_the_runtime_submodule_gets_an_image_without_simpler(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    image = ensure_test_image(
+        docker_client,
+        base_image=base_image,
+        base_image_id=base_image_id,
+        pypto_sha=sha("pypto_alone"),
+        pypto_wheel=wheels.pypto_alone,
+        simpler_sha=None,
+        simpler_wheel=None,
+        log_path=tmp_path / "image.log",
+    )
+
+    assert image.tag.endswith("-none")
+    labels = docker_client.images.get(image.image_id).labels
+    assert labels[f"{LABEL}.simpler"] == labels[f"{LABEL}.simpler-wheel"] == "none"
+    code = "import importlib.util as u, pypto; print(pypto.mean([2.0]), u.find_spec('simpler'))"
+    assert run_in(docker_client, image.tag, code, tmp_path / "run.log").strip() == "2.0 None"
+
+
+@pytest.fixture(scope="module")
+def entrypoint_base(docker_client: docker.DockerClient, base_image: str) -> str:
+    """A CANN-like base: its ENTRYPOINT prepares the environment and then runs the command."""
+    entry = b'#!/bin/sh\nexport BISECT_ENTRY="set_env.sh sourced"\nexec "$@"\n'
+    dockerfile = (
+        f"FROM {base_image}\n"
+        "COPY entry.sh /entry.sh\n"
+        "RUN chmod 755 /entry.sh\n"
+        'ENTRYPOINT ["/entry.sh"]\n'
+        "USER nobody\n"
+    ).encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile), ("entry.sh", entry)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image, _ = docker_client.images.build(
+        fileobj=context,
+        custom_context=True,
+        tag=ENTRYPOINT_BASE,
+        rm=True,
+        forcerm=True,
+        labels={LABEL: "1", f"{LABEL}.test-run": RUN},
+    )
+    return image.id
+
+
+@pytest.mark.docker
+def test_the_base_images_entrypoint_still_wraps_the_command(
+    docker_client: docker.DockerClient,
+    entrypoint_base: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    image = ensure_test_image(
+        docker_client,
+        base_image=ENTRYPOINT_BASE,
+        base_image_id=entrypoint_base,
+        pypto_sha=sha("pypto_1"),
+        pypto_wheel=wheels.pypto_1,
+        simpler_sha=sha("simpler"),
+        simpler_wheel=wheels.simpler,
+        log_path=tmp_path / "image.log",
+    )
+
+    config = docker_client.images.get(image.image_id).attrs["Config"]
+    assert config["Entrypoint"] == ["/entry.sh"]
+    assert config["User"] == "nobody", "the base image's user must be restored after pip"
+    code = (
+        "import os, getpass, pypto, simpler; print(os.environ['BISECT_ENTRY'], getpass.getuser())"
+    )
+    output = run_in(docker_client, image.tag, code, tmp_path / "run.log")
+    assert output.strip() == "set_env.sh sourced nobody"
+
+
+@pytest.mark.docker
+def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    broken = tmp_path / wheels.pypto_1.name
+    broken.write_bytes(wheels.pypto_1.read_bytes()[:200])
+
+    with pytest.raises(WheelInstallFailed, match="wheel itself is broken") as raised:
+        ensure_test_image(
+            docker_client,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=sha("broken"),
+            pypto_wheel=broken,
+            simpler_sha=sha("simpler"),
+            simpler_wheel=wheels.simpler,
+            log_path=tmp_path / "image.log",
+        )
+
+    assert (raised.value.package, raised.value.commit) == ("pypto", sha("broken"))
+    assert docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha('broken')}"}) == []
+    log = (tmp_path / "image.log").read_text()
+    [copied] = re.findall(
+        r"COPY wheels/pypto-[^\n]*\n ---> (?:Using cache\n ---> )?([0-9a-f]{12})", log
+    )
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(copied)  # the failed build's own step images are gone
+
+
+def test_the_dockerfile_installs_simpler_first_labels_last_and_keeps_the_entrypoint() -> None:
+    text = render_dockerfile(
+        base_image_ref="sha256:" + "a" * 64,
+        simpler_wheel="simpler-0.1.0-py3-none-any.whl",
+        pypto_wheel="pypto-0.2.0-py3-none-any.whl",
+        labels={f"{LABEL}.pypto": "abc", f"{LABEL}.note": 'say "hi"'},
+    )
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+
+    assert lines[0] == "FROM sha256:" + "a" * 64
+    assert "ENV PIP_BREAK_SYSTEM_PACKAGES=1" in lines[1]
+    instructions = [line.split()[0] for line in lines if not line.startswith(" ")]
+    assert instructions == ["FROM", "ENV", "COPY", "RUN", "COPY", "RUN", "LABEL"]
+    assert text.index("simpler-0.1.0") < text.index("pypto-0.2.0")
+    assert lines[-1] == f'LABEL "{LABEL}.note"="say \\"hi\\"" "{LABEL}.pypto"="abc"'
+    assert not {"ENTRYPOINT", "CMD", "USER"} & set(instructions)
+
+    alone = render_dockerfile(
+        base_image_ref="base",
+        simpler_wheel=None,
+        pypto_wheel="pypto-0.2.0-py3-none-any.whl",
+        labels={},
+        base_user="ascend",
+    )
+    alone = "\n".join(line for line in alone.splitlines() if not line.startswith("#"))
+    assert "simpler" not in alone
+    assert alone.index("USER root") < alone.index("pip install") < alone.index("USER ascend")
+    assert "LABEL" not in alone
+    assert len(template_digest()) == 64

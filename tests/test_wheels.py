@@ -1,0 +1,402 @@
+"""Wheels are built in containers once per (commit, environment) and then come from the cache."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import docker
+import pytest
+
+from runner.errors import InfrastructureError
+from runner.execute import LABEL
+from runner.sample.packages import write_pypto, write_simpler
+from runner.wheels import (
+    BuildSettings,
+    WheelCache,
+    WheelResult,
+    build_wheel,
+    last_error_line,
+)
+
+
+class Sources:
+    """A `prepare_source` that records every export, as the session's lazy exporter would."""
+
+    def __init__(self, write: Callable[[Path], None]) -> None:
+        self.write = write
+        self.exports: list[Path] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, dest: Path) -> None:
+        with self.lock:
+            self.exports.append(dest)
+        self.write(dest)
+
+
+def simpler_source(revision: int = 1) -> Sources:
+    return Sources(lambda dest: write_simpler(dest, revision=revision))
+
+
+def pypto_source(revision: int) -> Sources:
+    return Sources(lambda dest: write_pypto(dest, revision=revision))
+
+
+def failing_source(message: str) -> Sources:
+    """A package whose build stops the way a missing native header stops pypto's CMake."""
+
+    def write(dest: Path) -> None:
+        (dest / "setup.py").write_text(f"raise SystemExit({message!r})\n")
+
+    return Sources(write)
+
+
+def network_probe_source() -> Sources:
+    """A package that records, at build time, which network interfaces the builder could see."""
+
+    def write(dest: Path) -> None:
+        (dest / "setup.py").write_text(
+            textwrap.dedent(
+                """
+                from pathlib import Path
+                from setuptools import setup
+
+                lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+                names = sorted(line.split(":")[0].strip() for line in lines)
+                Path("netprobe").mkdir(exist_ok=True)
+                Path("netprobe/__init__.py").write_text(f"INTERFACES = {names!r}\\n")
+                setup(name="netprobe", version="1.0", packages=["netprobe"])
+                """
+            )
+        )
+
+    return Sources(write)
+
+
+@pytest.fixture(scope="module")
+def settings(docker_client: docker.DockerClient, base_image: str) -> BuildSettings:
+    return BuildSettings(
+        base_image=base_image, base_image_id=docker_client.images.get(base_image).id, timeout=120
+    )
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> WheelCache:
+    return WheelCache(tmp_path / "cache" / "wheels")
+
+
+@pytest.fixture
+def ccache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache" / "ccache"
+
+
+def builder_containers_created(client: docker.DockerClient, key: str, since: float) -> int:
+    """How many builder containers the engine created for this cache key since `since`."""
+    events = client.events(
+        since=int(since),
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": f"{LABEL}.key={key}"},
+        decode=True,
+    )
+    return sum(1 for _ in events)
+
+
+def assert_no_leftover_build_dirs(cache: WheelCache) -> None:
+    leftovers = list(cache.tmp_dir.iterdir()) if cache.tmp_dir.exists() else []
+    assert leftovers == [], f"temporary build directories left behind: {leftovers}"
+
+
+@pytest.mark.docker
+def test_a_wheel_is_built_once_and_then_comes_from_the_cache(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    source = simpler_source()
+    started = time.time()
+
+    built = build_wheel(
+        docker_client, cache, "simpler", "a" * 40, source, settings, ccache_dir=ccache_dir
+    )
+    again = build_wheel(
+        docker_client, cache, "simpler", "a" * 40, source, settings, ccache_dir=ccache_dir
+    )
+
+    assert built.ok and not built.from_cache and built.seconds > 0, built.reason
+    assert built.wheel is not None and built.wheel.name == "simpler-0.1.0-py3-none-any.whl"
+    assert built.wheel.is_relative_to(cache.root)
+    assert "Successfully built simpler" in built.log_path.read_text()
+    assert again == replace(built, seconds=0.0, from_cache=True)
+    assert len(source.exports) == 1, "the sources must only be exported on a miss"
+    assert builder_containers_created(docker_client, built.key, started) == 1
+    assert_no_leftover_build_dirs(cache)
+    with zipfile.ZipFile(built.wheel) as wheel:
+        assert "REVISION = 1" in wheel.read("simpler/__init__.py").decode()
+
+
+@pytest.mark.docker
+def test_pypto_commits_pinning_the_same_simpler_build_simpler_once(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    simpler = simpler_source()
+    results: list[WheelResult] = []
+    for revision, pypto_commit in ((1, "1" * 40), (2, "2" * 40)):
+        for package, commit, source in (
+            ("simpler", "5" * 40, simpler),
+            ("pypto", pypto_commit, pypto_source(revision)),
+        ):
+            results.append(
+                build_wheel(
+                    docker_client, cache, package, commit, source, settings, ccache_dir=ccache_dir
+                )
+            )
+
+    assert all(r.ok for r in results), [r.reason for r in results]
+    built = [(r.package, r.from_cache) for r in results]
+    assert built == [("simpler", False), ("pypto", False), ("simpler", True), ("pypto", False)]
+    assert len(simpler.exports) == 1
+    assert sorted(e.package for e in cache.entries()) == ["pypto", "pypto", "simpler"]
+
+
+@pytest.mark.docker
+def test_a_failing_build_is_remembered_with_its_log_and_never_retried(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    source = failing_source("error: pto/pto_isa.hpp: No such file or directory")
+
+    failed = build_wheel(
+        docker_client, cache, "pypto", "b" * 40, source, settings, ccache_dir=ccache_dir
+    )
+    again = build_wheel(
+        docker_client, cache, "pypto", "b" * 40, source, settings, ccache_dir=ccache_dir
+    )
+
+    assert not failed.ok and failed.wheel is None and not failed.from_cache
+    assert failed.reason == (
+        "build failed (exit 1): error: pto/pto_isa.hpp: No such file or directory"
+    )
+    assert "pto_isa.hpp" in failed.log_path.read_text()
+    assert again.from_cache and not again.ok and again.reason == failed.reason
+    assert again.log_path == failed.log_path
+    assert len(source.exports) == 1
+    [entry] = cache.entries()
+    assert (entry.package, entry.commit, entry.ok) == ("pypto", "b" * 40, False)
+
+    assert cache.remove_failures() == [entry]
+    assert cache.lookup("pypto", "b" * 40, settings) is None
+
+
+@pytest.mark.docker
+def test_the_build_cannot_write_into_the_exported_sources(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    scribbler = replace(settings, command="touch /src/scribble")
+
+    result = build_wheel(
+        docker_client,
+        cache,
+        "simpler",
+        "c" * 40,
+        simpler_source(),
+        scribbler,
+        ccache_dir=ccache_dir,
+    )
+
+    assert not result.ok
+    assert "Read-only file system" in result.reason
+
+
+@pytest.mark.docker
+def test_the_builder_has_no_network_unless_asked(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    def interfaces(result: WheelResult) -> list[str]:
+        assert result.ok and result.wheel is not None, result.reason
+        with zipfile.ZipFile(result.wheel) as wheel:
+            text = wheel.read("netprobe/__init__.py").decode()
+        return ast.literal_eval(text.split("=", 1)[1].strip())
+
+    offline = build_wheel(
+        docker_client,
+        cache,
+        "pypto",
+        "d" * 40,
+        network_probe_source(),
+        settings,
+        ccache_dir=ccache_dir,
+    )
+    online_settings = replace(settings, network=True)
+    online = build_wheel(
+        docker_client,
+        cache,
+        "pypto",
+        "d" * 40,
+        network_probe_source(),
+        online_settings,
+        ccache_dir=ccache_dir,
+    )
+
+    assert interfaces(offline) == ["lo"]
+    assert set(interfaces(online)) - {"lo"}, "--build-network must give the builder a network"
+    assert offline.key != online.key
+
+
+@pytest.mark.docker
+def test_a_timed_out_build_fails_but_is_not_cached(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    slow = replace(settings, command="echo compiling; sleep 60", timeout=1.5)
+
+    result = build_wheel(
+        docker_client, cache, "pypto", "e" * 40, simpler_source(), slow, ccache_dir=ccache_dir
+    )
+
+    assert not result.ok and not result.from_cache
+    assert result.reason == "build timed out after 1.5s"
+    assert "compiling" in result.log_path.read_text()
+    assert cache.lookup("pypto", "e" * 40, slow) is None
+    assert cache.entries() == []
+    assert_no_leftover_build_dirs(cache)
+
+
+@pytest.mark.docker
+def test_an_engine_that_went_away_is_not_cached_as_a_build_failure(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    gone = docker.DockerClient(base_url=f"unix://{tmp_path}/no-engine.sock", version="1.41")
+
+    with pytest.raises(InfrastructureError, match="Docker Engine"):
+        build_wheel(
+            gone, cache, "simpler", "f" * 40, simpler_source(), settings, ccache_dir=ccache_dir
+        )
+
+    assert cache.entries() == []
+    assert_no_leftover_build_dirs(cache)
+    retried = build_wheel(
+        docker_client, cache, "simpler", "f" * 40, simpler_source(), settings, ccache_dir=ccache_dir
+    )
+    assert retried.ok and not retried.from_cache
+
+
+@pytest.mark.docker
+def test_two_runs_sharing_a_cache_build_a_wheel_once(
+    docker_client: docker.DockerClient,
+    settings: BuildSettings,
+    ccache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "shared" / "wheels"
+    source = simpler_source()
+
+    def one_run(_: int) -> WheelResult:
+        # Each run has its own WheelCache, as two processes would.
+        return build_wheel(
+            docker_client,
+            WheelCache(root),
+            "simpler",
+            "9" * 40,
+            source,
+            settings,
+            ccache_dir=ccache_dir,
+        )
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(one_run, range(2)))
+
+    assert sorted(r.from_cache for r in results) == [False, True]
+    assert results[0].wheel == results[1].wheel
+    assert len(source.exports) == 1
+
+
+@pytest.mark.docker
+def test_pruning_to_a_size_drops_the_least_recently_used_wheels_first(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    commits = ["1a" * 20, "2b" * 20, "3c" * 20]
+    for commit in commits:
+        result = build_wheel(
+            docker_client,
+            cache,
+            "simpler",
+            commit,
+            simpler_source(),
+            settings,
+            ccache_dir=ccache_dir,
+        )
+        assert result.ok, result.reason
+    assert cache.lookup("simpler", commits[0], settings) is not None  # the oldest, used again
+
+    assert [e.commit for e in cache.entries()] == [commits[1], commits[2], commits[0]]
+    removed = cache.prune(max_bytes=cache.size() - 1)
+
+    assert [e.commit for e in removed] == [commits[1]]
+    assert cache.lookup("simpler", commits[1], settings) is None
+    assert cache.lookup("simpler", commits[0], settings) is not None
+    assert {e.commit for e in cache.prune()} == {commits[0], commits[2]}
+    assert cache.size() == 0
+
+
+def test_the_reason_names_the_real_error_not_pips_epilogue() -> None:
+    output = textwrap.dedent(
+        """
+        Building wheels for collected packages: pypto
+          error: subprocess-exited-with-error
+          CMake Error at CMakeLists.txt:12 (find_package): nanobind not found
+          note: This error originates from a subprocess, and is likely not a problem with pip.
+          ERROR: Failed building wheel for pypto
+        ERROR: Failed to build pypto
+        """
+    )
+
+    assert last_error_line(output) == (
+        "CMake Error at CMakeLists.txt:12 (find_package): nanobind not found"
+    )
+    assert last_error_line("just one line\n") == "just one line"
+
+
+def test_the_key_ignores_cpus_and_timeout_but_not_the_environment() -> None:
+    settings = BuildSettings(base_image="base:tag", base_image_id="sha256:" + "1" * 64)
+    cache = WheelCache(Path("/nonexistent"))
+    key = cache.key("pypto", "a" * 40, settings)
+
+    assert cache.key("pypto", "a" * 40, replace(settings, cpus=2.0, timeout=5)) == key
+    assert cache.key("pypto", "a" * 40, replace(settings, base_image="other:tag")) == key
+    for changed in (
+        replace(settings, environment={"PTO_ISA_ROOT": "/opt/pto-isa"}),
+        replace(settings, base_image_id="sha256:" + "0" * 64),
+        replace(settings, command=settings.command + " -v"),
+        replace(settings, network=True),
+    ):
+        assert cache.key("pypto", "a" * 40, changed) != key
+    assert cache.key("simpler", "a" * 40, settings) != key
+    assert cache.key("pypto", "b" * 40, settings) != key
