@@ -33,6 +33,22 @@ def _pyproject(name: str, version: str) -> str:
         """
 
 
+def _break_build(root: Path) -> None:
+    """Make the wheel build fail the way a C++ compile error does: setup.py exits non-zero."""
+    _write(
+        root / "setup.py",
+        """
+        import sys
+
+        sys.exit("src/codegen.cpp:42:7: error: no matching function for call to 'cast'")
+        """,
+    )
+
+
+def _unbreak_build(root: Path) -> None:
+    (root / "setup.py").unlink(missing_ok=True)
+
+
 def write_simpler(root: Path, *, revision: int, scale: float = 1.0, broken: bool = False) -> None:
     """A simpler-like runtime: `accumulate` is the kernel whose precision may regress."""
     _write(root / "pyproject.toml", _pyproject("simpler", f"0.{revision}.0"))
@@ -54,7 +70,9 @@ def write_simpler(root: Path, *, revision: int, scale: float = 1.0, broken: bool
             return "simpler r{revision}"
         """
     if broken:
-        body += "\ndef broken(:\n    pass\n"
+        _break_build(root)
+    else:
+        _unbreak_build(root)
     _write(root / "simpler" / "__init__.py", body)
 
 
@@ -106,7 +124,9 @@ def write_pypto(
         )
     )
     if broken:
-        body += "\nthis is not python\n"
+        _break_build(root)
+    else:
+        _unbreak_build(root)
     _write(root / "pypto" / "__init__.py", body)
     _write(root / "src" / "README", f"native sources of revision {revision}\n")
 

@@ -1,0 +1,233 @@
+"""Whole bisects through the real CLI, the real Docker Engine and generated histories."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.execute import LABEL
+from runner.sample.histories import SampleSpec
+from tests.fixtures.cli import cli, run_args
+from tests.fixtures.samples import checkout_state
+
+pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+SMALL = {
+    "pypto_commits": 8,
+    "simpler_commits": 6,
+    "runtime_added_at": 2,
+    "runtime_initial": 1,
+    "libbacktrace_url_change_at": 3,
+    "nested_submodule_at": 2,
+}
+PYPTO_REGRESSION = SampleSpec(**SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=5)
+SIMPLER_REGRESSION = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
+CODE_AND_POINTER = SampleSpec(
+    **SMALL, bumps=((4, 5),), code_with_bump=frozenset({4}), simpler_regression_at=3
+)
+CODE_HALF = SampleSpec(
+    **SMALL, bumps=((4, 5),), code_with_bump=frozenset({4}), pypto_regression_at=4
+)
+BROKEN_STRETCH = SampleSpec(
+    **SMALL, bumps=((6, 5),), pypto_regression_at=5, broken_pypto=frozenset({3, 4})
+)
+BACKWARD = SampleSpec(
+    **{**SMALL, "simpler_commits": 8},
+    bumps=((4, 7), (6, 3)),
+    simpler_regression_at=2,
+    simpler_fixed_at=5,
+)
+
+
+def max_tests(commits: int) -> int:
+    return math.ceil(math.log2(commits))
+
+
+def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisect, tmp_path):
+    sample = sample_factory(PYPTO_REGRESSION)
+    before = (checkout_state(sample.pypto), checkout_state(sample.lib))
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["source"] == "pypto"
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[5]
+    assert report["simpler"] is None
+    assert report["stats"]["tests"] <= max_tests(8) + 2
+    assert report["triage"]["status"] == "changed"
+    assert (checkout_state(sample.pypto), checkout_state(sample.lib)) == before
+    md = (tmp_path / "work" / "report.md").read_text()
+    assert sample.pypto_shas[5] in md and "git bisect start" in md
+
+
+def test_a_regression_in_a_simpler_commit_inside_a_bump_is_found_at_the_simpler_commit(
+    sample_factory, bisect
+):
+    sample = sample_factory(SIMPLER_REGRESSION)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["source"] == "simpler"
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[4]
+    assert report["simpler"]["first_bad"] == sample.simpler_shas[3]
+    assert report["simpler"]["culprit"] == sample.simpler_shas[3]
+    assert report["simpler"]["range"] == [sample.simpler_shas[1], sample.simpler_shas[5]]
+    assert report["simpler"]["direction"] == "forward"
+    assert report["triage"]["status"] == "identical"
+    simpler_tests = [s for s in report["steps"] if s["level"] == "simpler"]
+    assert len(simpler_tests) <= max_tests(4)
+    assert report["stats"]["builds"]["simpler"] <= len(report["steps"])
+
+
+def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_factory, bisect):
+    sample = sample_factory(BACKWARD)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["source"] == "simpler"
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[6]
+    assert report["simpler"]["direction"] == "backward"
+    assert report["simpler"]["first_bad"] == sample.simpler_shas[4]
+    assert report["simpler"]["culprit"] == sample.simpler_shas[5]
+
+
+def test_a_culprit_changing_code_and_pointer_is_split_and_descends_into_simpler(
+    sample_factory, bisect
+):
+    sample = sample_factory(CODE_AND_POINTER)
+
+    report = bisect(sample).json()
+
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[4]
+    assert report["pypto"]["change"]["kind"] == "pointer-and-code"
+    assert report["split"]["carrier"] == "pointer"
+    assert report["source"] == "simpler"
+    assert report["simpler"]["culprit"] == sample.simpler_shas[3]
+
+
+def test_a_culprit_whose_code_half_regresses_stays_in_pypto(sample_factory, bisect):
+    sample = sample_factory(CODE_HALF)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["source"] == "pypto"
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[4]
+    assert report["split"]["carrier"] == "code"
+    assert report["simpler"] is None
+
+
+def test_a_broken_build_stretch_next_to_the_culprit_is_inconclusive_with_the_range(
+    sample_factory, bisect
+):
+    sample = sample_factory(BROKEN_STRETCH)
+
+    result = bisect(sample)
+
+    assert result.returncode == 1, result.stderr
+    report = result.json()
+    assert report["source"] == "inconclusive"
+    assert report["pypto"]["first_bad"] is None
+    assert report["pypto"]["candidates"] == sample.pypto_shas[3:6]
+    skipped = [s for s in report["steps"] if s["verdict"] == "skip"]
+    assert skipped and all("build failed" in s["reason"] for s in skipped)
+
+
+def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect):
+    sample = sample_factory(PYPTO_REGRESSION)
+
+    result = bisect(sample, "--good", sample.pypto_shas[6])
+
+    assert result.returncode == 3
+    assert "known-good commit" in result.stderr
+    assert "environment" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _attempts(workdir: Path) -> list[dict]:
+    try:
+        return json.loads((workdir / "ledger.json").read_text())["attempts"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+
+
+def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
+    sample_factory, shared_cache, tmp_path, docker_client
+):
+    sample = sample_factory(SIMPLER_REGRESSION)
+    workdir = tmp_path / "work"
+    cache = tmp_path / "own-cache"  # a cold cache, so the killed run is mid-build or mid-run
+    args = [sys.executable, "-m", "runner.cli", *run_args(sample, workdir, cache), "--json"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while len(_attempts(workdir)) < 2 and time.monotonic() < deadline:
+        assert process.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.2)
+    time.sleep(1.5)  # well inside the next attempt
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    recorded = _attempts(workdir)
+    assert len(recorded) >= 2
+
+    result = cli(*run_args(sample, workdir, cache), "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["simpler"]["culprit"] == sample.simpler_shas[3]
+    after = _attempts(workdir)
+    assert after[: len(recorded)] == recorded
+    pairs = [(a["pypto_sha"], a["simpler_sha"]) for a in after]
+    assert len(pairs) == len(set(pairs)), "a recorded step was run again"
+    built_before = {
+        (package, a["pypto_sha"] if package == "pypto" else a["simpler_sha"])
+        for a in recorded
+        for package, state in a["builds"].items()
+        if state == "built"
+    }
+    for attempt in after[len(recorded) :]:
+        for package, state in attempt["builds"].items():
+            sha = attempt["pypto_sha"] if package == "pypto" else attempt["simpler_sha"]
+            if (package, sha) in built_before:
+                assert state == "cached", f"{package} {sha[:12]} was rebuilt"
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+    assert [c.name for c in leftovers if c.status == "running"] == []
+
+
+def test_status_report_and_log_read_a_finished_session(sample_factory, bisect, tmp_path):
+    sample = sample_factory(PYPTO_REGRESSION)
+    workdir = tmp_path / "work"
+    assert bisect(sample).returncode == 0
+
+    status = cli("status", "--workdir", str(workdir), "--json")
+    assert status.returncode == 0, status.stderr
+    assert status.json()["finished"] is True
+    report = cli("report", "--workdir", str(workdir), "--json")
+    assert report.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
+    log = cli("log", "--workdir", str(workdir))
+    assert "git bisect start" in log.stdout
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(sample.pypto), str(clone)], check=True)
+    (tmp_path / "bisect.log").write_text(log.stdout)
+    replayed = subprocess.run(
+        ["git", "bisect", "replay", str(tmp_path / "bisect.log")],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"{sample.pypto_shas[5]} is the first bad commit" in replayed.stdout
