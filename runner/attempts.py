@@ -18,7 +18,7 @@ import docker
 from runner.devices import Passthrough
 from runner.errors import SourceUnavailable
 from runner.execute import ExampleRun, run_example
-from runner.images import ensure_test_image
+from runner.images import WheelInstallFailed, ensure_test_image
 from runner.ledger import Attempt, Ledger, Level
 from runner.search import Verdict
 from runner.sources import SourceExporter
@@ -118,9 +118,9 @@ class DockerTester:
         )
         try:
             self._build_and_run(record, artifacts)
-        except SourceUnavailable as exc:
+        except (SourceUnavailable, WheelInstallFailed) as exc:
             record.verdict = Verdict.SKIP
-            record.reason = str(exc)
+            record.reason = str(exc).splitlines()[0]
         record.finished_at = _now()
         self.ledger.record(record)
         return record
