@@ -16,13 +16,13 @@ class BadInput(BisectError):
 
 
 class EndpointsDoNotReproduce(BisectError):
-    """Known-good is bad or known-bad is good: the environment, not a commit, is suspect (exit 3)."""
+    """Known-good is bad or known-bad is good: the environment, not a commit, is suspect."""
 
     exit_code = 3
 
 
 class InfrastructureError(BisectError):
-    """The Docker Engine, the disk or the cache failed; nothing about the commit is known (exit 4)."""
+    """The Docker Engine, the disk or the cache failed; nothing is learnt about the commit."""
 
     exit_code = 4
 

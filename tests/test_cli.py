@@ -1,0 +1,134 @@
+"""Bad input through the real command line: one clear line, the documented exit code, no traceback,
+and whatever a ledger already holds is left exactly as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.sample.histories import Sample
+from tests.fixtures.cli import cli, run_args
+
+
+def assert_one_line_error(result, code: int, *fragments: str) -> None:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def args_with(sample: Sample, tmp_path: Path, **changes: str) -> list[str]:
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache")
+    for flag, value in changes.items():
+        option = "--" + flag.replace("_", "-")
+        args[args.index(option) + 1] = value
+    return args
+
+
+def test_run_without_a_pypto_checkout_says_which_flag_is_missing(tmp_path):
+    assert_one_line_error(cli("run", "--workdir", str(tmp_path)), 2, "--pypto")
+
+
+def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
+    result = cli(*args_with(sample, tmp_path, pypto=str(tmp_path)))
+    assert_one_line_error(result, 2, "not a git repository")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("good", "no-such-tag", "no-such-tag"),
+        ("script", "models/missing.py", "no such file"),
+        ("script", "../outside.py", "inside --lib"),
+        ("device", "zero", "device"),
+        ("platform", "a2 a3", "platform"),
+    ],
+)
+def test_bad_flags_get_one_line_and_exit_2(sample, tmp_path, flag, value, fragment):
+    assert_one_line_error(cli(*args_with(sample, tmp_path, **{flag: value})), 2, fragment)
+
+
+def test_good_equal_to_bad_is_refused(sample, tmp_path):
+    args = args_with(sample, tmp_path, good=sample.pypto_shas[-1])
+    assert_one_line_error(cli(*args), 2, "same commit")
+
+
+def test_good_newer_than_bad_is_refused(sample, tmp_path):
+    args = [*args_with(sample, tmp_path, good=sample.pypto_shas[5]), "--bad", sample.pypto_shas[2]]
+    assert_one_line_error(cli(*args), 2, "swap")
+
+
+def test_an_unknown_option_is_one_line(tmp_path):
+    assert_one_line_error(cli("run", "--frobnicate"), 2, "--frobnicate")
+
+
+def test_an_unknown_config_key_is_named(sample, tmp_path):
+    config = tmp_path / "bisect-precision.toml"
+    config.write_text('knwon_good = "abc"\n')
+    result = cli(*run_args(sample, tmp_path / "w", tmp_path / "c"), "--config", str(config))
+    assert_one_line_error(result, 2, "knwon_good")
+
+
+def test_the_known_good_commit_can_come_from_the_config_file(sample, tmp_path):
+    config = tmp_path / "bisect-precision.toml"
+    config.write_text('known_good = "no-such-revision"\nplatform = "a2a3sim"\n')
+    args = run_args(sample, tmp_path / "w", tmp_path / "c")
+    at = args.index("--good")
+    del args[at : at + 2]
+    result = cli(*args, "--config", str(config))
+    assert_one_line_error(result, 2, "no-such-revision")
+
+
+@pytest.mark.docker
+def test_a_missing_npu_device_is_an_error_before_anything_is_built(sample, tmp_path):
+    args = run_args(sample, tmp_path / "w", tmp_path / "c")
+    at = args.index("--device-map")
+    del args[at : at + 2]
+    args[args.index("--device") + 1] = "7"
+    assert_one_line_error(cli(*args), 2, "/dev/davinci7")
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.docker
+def test_a_base_image_missing_from_the_engine_is_named(sample, tmp_path, docker_client):
+    result = cli(*args_with(sample, tmp_path, base_image="no-such-image:never"))
+    assert_one_line_error(result, 2, "no-such-image:never")
+
+
+def test_no_docker_engine_is_an_infrastructure_failure(sample, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert_one_line_error(cli(*args_with(sample, tmp_path)), 4, "Docker Engine")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "content",
+    ["{ not json", json.dumps({"tool": "another-tool", "attempts": []})],
+    ids=["corrupt", "foreign"],
+)
+def test_a_corrupt_or_foreign_ledger_is_refused_and_left_untouched(
+    sample, tmp_path, content, docker_client
+):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    ledger = workdir / "ledger.json"
+    ledger.write_text(content)
+    result = cli(*args_with(sample, tmp_path))
+    assert_one_line_error(result, 2, str(ledger))
+    assert ledger.read_text() == content
+
+
+def test_status_without_a_ledger_says_how_to_start(tmp_path):
+    assert_one_line_error(cli("status", "--workdir", str(tmp_path)), 2, "run")
+
+
+def test_cache_commands_on_an_empty_cache_and_a_bad_size(tmp_path):
+    listed = cli("cache", "ls", "--cache-dir", str(tmp_path), "--json")
+    assert listed.returncode == 0 and listed.json() == []
+    pruned = cli("cache", "prune", "--cache-dir", str(tmp_path), "--max-size", "lots")
+    assert_one_line_error(pruned, 2, "--max-size")
