@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 from collections.abc import Iterator
@@ -58,6 +59,15 @@ app = _App(
 )
 cache_app = typer.Typer(help="Inspect and prune the wheel cache.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
+
+
+def _interrupt_on_sigterm() -> None:
+    """CI runners and `timeout` stop jobs with SIGTERM: treat it like Ctrl-C so cleanup runs."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 @contextmanager
@@ -211,6 +221,7 @@ def run(
         "verify": verify,
     }
     hint = "nothing recorded is lost; rerun the same command to resume"
+    _interrupt_on_sigterm()
     with guarded(hint):
         settings = load_settings(flags, config)
         quiet = json_out

@@ -154,6 +154,9 @@ def run_bisect(
     started = time.monotonic()
     prepared = prepare(settings)
     remove_stale_containers(prepared.client)
+    for warning in prepared.passthrough.warnings:
+        if events is not None:
+            events.note(f"warning: {warning}")
     workdir = prepared.workdir
     with Ledger.open(
         ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session

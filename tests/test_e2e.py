@@ -6,6 +6,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.execute import LABEL
+from runner.execute import LABEL, OWNER_LABEL
 from runner.sample.histories import SampleSpec
 from tests.fixtures.cli import cli, run_args
 from tests.fixtures.samples import checkout_state
@@ -231,3 +232,33 @@ def test_status_report_and_log_read_a_finished_session(sample_factory, bisect, t
     )
     assert replayed.returncode == 0, replayed.stderr
     assert f"{sample.pypto_shas[5]} is the first bad commit" in replayed.stdout
+
+
+def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
+    sample_factory, tmp_path, docker_client
+):
+    sample = sample_factory(PYPTO_REGRESSION)
+    workdir = tmp_path / "work"
+    args = [
+        sys.executable,
+        "-m",
+        "runner.cli",
+        *run_args(sample, workdir, tmp_path / "cold-cache"),
+        "--json",
+    ]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not _attempts(workdir) and time.monotonic() < deadline:
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "resume" in stderr
+    assert "Traceback" not in stderr
+    assert _attempts(workdir), "the ledger lost what it held"
+    owner = f"{socket.gethostname()}:{process.pid}"
+    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+    assert [c.name for c in left if c.labels.get(OWNER_LABEL) == owner] == []
