@@ -19,8 +19,8 @@ from runner import __version__
 from runner.config import load_settings
 from runner.errors import BisectError, InfrastructureError
 
-ERR = Console(stderr=True, highlight=False, soft_wrap=True)
-OUT = Console(highlight=False, soft_wrap=True)
+ERR = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+OUT = Console(highlight=False, soft_wrap=True, markup=False)
 _DEBUG = {"on": False}
 INTERRUPTED = 130
 
@@ -248,7 +248,7 @@ def _print_summary(report: dict, md_path: Path) -> None:
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
     source = report["source"]
     pypto = report["pypto"]
-    OUT.print(f"regression source: [bold]{source}[/bold]")
+    OUT.print(f"regression source: {source}")
     if pypto["first_bad"]:
         commit = pypto.get("commit") or {}
         OUT.print(f"first bad pypto commit: {pypto['first_bad']} {commit.get('subject', '')}")

@@ -157,7 +157,7 @@ def _explicit(cards: tuple[int, ...], mapped: tuple[str, ...], root: Path) -> Pa
         if _on_host(root, path).exists()
     )
     warnings: tuple[str, ...] = ()
-    if not mounts:
+    if not mounts and not mapped:  # a device map stands in for an NPU: no driver is expected
         warnings = (
             f"none of the NPU driver files ({', '.join(DRIVER_PATHS)}) exist on this host; "
             "aclInit will likely fail inside the container",

@@ -6,6 +6,7 @@ import time
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.text import Text
 
 from runner.ledger import Attempt, Level
@@ -16,9 +17,9 @@ VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
 class ConsoleProgress:
     """Session events rendered with rich; one live status line plus a line per finished step."""
 
-    def __init__(self, console: Console, subjects: dict[str, str] | None = None) -> None:
+    def __init__(self, console: Console) -> None:
         self.console = console
-        self.subjects = subjects or {}
+        self.subject = ""
         self.level: Level = "pypto"
         self.done = 0
         self.left = 0
@@ -42,20 +43,19 @@ class ConsoleProgress:
         self.console.print(f"[bold]{level} level[/bold]: {count} candidates ({note})")
 
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None
+        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
     ) -> None:
         self.level, self.done, self.left = level, done, left
-        self.commit, self.simpler = pypto, simpler
+        self.commit, self.simpler, self.subject = pypto, simpler, subject
         self.phase("prepare")
 
     def phase(self, name: str) -> None:
         self.phase_name = name
         self.phase_started = time.monotonic()
 
-    def attempt_done(self, attempt: Attempt, reused: bool) -> None:
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None:
         verdict = attempt.verdict.value
         style = VERDICT_STYLE.get(verdict, "white")
-        subject = self.subjects.get(attempt.pypto_sha, "")
         where = f"pypto {attempt.pypto_sha[:12]}"
         if attempt.level != "pypto" and attempt.simpler_sha:
             where += f" simpler {attempt.simpler_sha[:12]}"
@@ -66,13 +66,13 @@ class ConsoleProgress:
         )
         reason = f" - {attempt.reason}" if attempt.reason else ""
         self.console.print(
-            f"  [{style}]{verdict:4}[/{style}] {attempt.level:7} {where} {subject[:50]}"
-            f" ({origin}){reason}",
+            f"  [{style}]{verdict:4}[/{style}] {attempt.level:7} {where} "
+            + escape(f"{subject[:50]} ({origin}){reason}"),
             highlight=False,
         )
 
     def note(self, text: str) -> None:
-        self.console.print(text)
+        self.console.print(escape(text))
 
     def echo(self, line: str) -> None:
         self.console.print(Text(line.rstrip("\n"), style="dim"))
@@ -85,7 +85,7 @@ class _Status:
     def __rich__(self) -> Text:
         p = self.progress
         elapsed = time.monotonic() - p.phase_started
-        subject = p.subjects.get(p.commit, "")
+        subject = p.subject
         simpler = f" + simpler {p.simpler[:12]}" if p.level != "pypto" and p.simpler else ""
         return Text(
             f"{p.level} level · step {p.done + 1} of about {p.done + max(p.left, 1)} · "

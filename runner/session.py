@@ -38,9 +38,9 @@ class Tester(Protocol):
 class Events(Protocol):
     def level_started(self, level: Level, count: int, note: str) -> None: ...
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None
+        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
     ) -> None: ...
-    def attempt_done(self, attempt: Attempt, reused: bool) -> None: ...
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None: ...
     def note(self, text: str) -> None: ...
 
 
@@ -49,11 +49,11 @@ class QuietEvents:
         pass
 
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None
+        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
     ) -> None:
         pass
 
-    def attempt_done(self, attempt: Attempt, reused: bool) -> None:
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None:
         pass
 
     def note(self, text: str) -> None:
@@ -192,6 +192,12 @@ class Session:
         self.merge_base = merge_base
         self.events = events or QuietEvents()
         self._gitlinks: dict[str, str | None] = {}
+        self._subjects: dict[str, str] = {}
+
+    def subject(self, commit: str) -> str:
+        if commit not in self._subjects:
+            self._subjects[commit] = self.history.subject(commit)
+        return self._subjects[commit]
 
     def gitlink(self, commit: str) -> str | None:
         if commit not in self._gitlinks:
@@ -201,10 +207,10 @@ class Session:
     def _test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
         known = self.lookup(pypto, simpler)
         if known is not None:
-            self.events.attempt_done(known, reused=True)
+            self.events.attempt_done(known, reused=True, subject=self.subject(pypto))
             return known
         attempt = self.tester.test(level, pypto, simpler)
-        self.events.attempt_done(attempt, reused=False)
+        self.events.attempt_done(attempt, reused=False, subject=self.subject(pypto))
         return attempt
 
     def _known(self, pypto: str, simpler: str | None) -> Verdict | None:
@@ -215,11 +221,15 @@ class Session:
 
     def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
         count = len(result.candidates)
+        reused = 0
         for index, commit in enumerate(result.candidates):
             if index not in result.verdicts:
                 verdict = self._known(*pair(commit))
                 if verdict is not None:
                     result.verdicts[index] = verdict
+                    reused += 1
+        if reused:
+            self.events.note(f"{reused} {result.level} verdicts reused from the ledger")
         while True:
             step = next_step(count, result.verdicts)
             if isinstance(step, Found):
@@ -232,7 +242,9 @@ class Session:
             index = step.indices[0]
             commit = result.candidates[index]
             pypto, simpler = pair(commit)
-            self.events.step_started(result.level, result.tests, result.steps_left, pypto, simpler)
+            self.events.step_started(
+                result.level, result.tests, result.steps_left, pypto, simpler, self.subject(pypto)
+            )
             attempt = self._test(result.level, pypto, simpler)
             result.tests += 1
             result.verdicts[index] = attempt.verdict
@@ -301,10 +313,11 @@ class Session:
         last = len(first.candidates) - 1
         for index, expected, which in ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad")):
             commit = first.candidates[index]
+            simpler = self.gitlink(commit)
             self.events.step_started(
-                "pypto", first.tests, first.steps_left, commit, self.gitlink(commit)
+                "pypto", first.tests, first.steps_left, commit, simpler, self.subject(commit)
             )
-            attempt = self._test("pypto", commit, self.gitlink(commit))
+            attempt = self._test("pypto", commit, simpler)
             first.tests += 1
             if attempt.verdict is not expected:
                 raise EndpointFailure(which, attempt)

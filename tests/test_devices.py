@@ -78,12 +78,13 @@ def test_explicit_mode_never_mounts_the_whole_ascend_tree(tmp_path):
     assert "/usr/local/Ascend" not in {mount.container for mount in result.mounts}
 
 
-def test_explicit_mode_without_driver_files_warns_that_acl_init_will_fail(tmp_path):
+def test_a_device_map_without_driver_files_mounts_nothing_and_does_not_warn(tmp_path):
+    # The map stands in for an NPU (tests, demos); on a real NPU host without driver files the
+    # same call without a map warns that aclInit will fail.
     result = passthrough("explicit", "a2a3", ["0"], ["/dev/null:/dev/davinci0"], root=tmp_path)
 
     assert result.mounts == ()
-    assert len(result.warnings) == 1
-    assert "aclInit" in result.warnings[0]
+    assert result.warnings == ()
 
 
 def test_device_map_accepts_permissions(tmp_path):
