@@ -7,9 +7,19 @@ BIN := $(VENV)/bin
 TEST_BASE := bisect-precision-test-base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: setup venv docker-engine test-base test lint pytest demo bench clean
+.PHONY: setup system-packages venv docker-engine test-base test lint pytest demo bench clean
 
-setup: venv docker-engine test-base
+setup: system-packages venv docker-engine test-base
+
+# git and venv support are all the host needs besides Docker; install them only when missing.
+system-packages:
+	@missing=""; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 venv: $(VENV)/.installed
 

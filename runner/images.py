@@ -29,6 +29,7 @@ import requests.exceptions
 import runner
 from runner.errors import BisectError, InfrastructureError
 from runner.execute import LABEL
+from runner.wheels import file_sha256
 
 TEMPLATE_NAME = "test-image.Dockerfile.j2"
 IMAGE_REPOSITORY = "bisect-precision/pypto"
@@ -115,14 +116,6 @@ def render_dockerfile(
         labels=dict(labels),
         base_user=base_user,
     )
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def image_tag(pypto_sha: str, simpler_sha: str | None) -> str:
@@ -229,9 +222,9 @@ def ensure_test_image(
         labels = image_labels(
             base_image_id=base_image_id,
             pypto_sha=pypto_sha,
-            pypto_wheel_sha256=_file_sha256(pypto_wheel),
+            pypto_wheel_sha256=file_sha256(pypto_wheel),
             simpler_sha=simpler_sha,
-            simpler_wheel_sha256=_file_sha256(simpler_wheel) if simpler_wheel else None,
+            simpler_wheel_sha256=file_sha256(simpler_wheel) if simpler_wheel else None,
         )
     except OSError as exc:
         raise InfrastructureError(f"cannot read a wheel from the cache: {exc}") from exc

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from runner.errors import BisectError
 from runner.history import Change, History
 from runner.ledger import Attempt, Level
 from runner.search import Found, Inconclusive, Test, Verdict, bounds, next_step, steps_left
@@ -290,7 +291,13 @@ class Session:
                 outcome.notes.append(
                     f"simpler is bisected with pypto at the culprit's parent {parent[:12]}"
                 )
-        direction, states = self.simpler_states(change.old, change.new)
+        try:
+            direction, states = self.simpler_states(change.old, change.new)
+        except BisectError as exc:
+            # The pypto culprit stands; only the descent is impossible (objects missing locally).
+            outcome.source = "inconclusive"
+            outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+            return outcome
         outcome.direction = direction
         if direction == "diverged" and self.merge_base is not None:
             base = self.merge_base(change.old, change.new)

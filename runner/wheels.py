@@ -110,7 +110,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -542,7 +542,7 @@ def _build(
         reason = f"build failed (exit 0): expected exactly one wheel in /out, found {names}"
     else:
         wheel_name = wheels[0].name
-        sha256 = _file_sha256(wheels[0])
+        sha256 = file_sha256(wheels[0])
         shutil.move(str(wheels[0]), staged / wheel_name)
 
     stamp = _now().isoformat()

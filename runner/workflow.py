@@ -90,6 +90,30 @@ def run_settings(prepared: Prepared) -> RunSettings:
     )
 
 
+def docker_tester(
+    prepared: Prepared,
+    ledger: Ledger,
+    workdir: Path,
+    *,
+    phase: Callable[[str], None] | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> DockerTester:
+    settings = prepared.settings
+    return DockerTester(
+        prepared.client,
+        ledger,
+        prepared.exporter,
+        WheelCache(prepared.cache_root / "wheels"),
+        build_settings(settings, prepared.base_image_id),
+        run_settings(prepared),
+        workdir=workdir,
+        ccache_dir=prepared.cache_root / "ccache",
+        submodule_path=settings.submodule_path,
+        phase=phase,
+        echo=echo,
+    )
+
+
 def _simpler_states(exporter: SourceExporter, path: str) -> Callable[[str, str], tuple[str, list]]:
     def states(old: str, new: str) -> tuple[str, list[str]]:
         return pointer_states(exporter.submodule_git_dir(path), old, new)
@@ -162,19 +186,7 @@ def run_bisect(
         ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session
     ) as ledger:
         _save_settings(workdir, settings)
-        tester = DockerTester(
-            prepared.client,
-            ledger,
-            prepared.exporter,
-            WheelCache(prepared.cache_root / "wheels"),
-            build_settings(settings, prepared.base_image_id),
-            run_settings(prepared),
-            workdir=workdir,
-            ccache_dir=prepared.cache_root / "ccache",
-            submodule_path=settings.submodule_path,
-            phase=phase,
-            echo=echo,
-        )
+        tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo)
         session = Session(
             prepared.history,
             tester,
@@ -365,17 +377,6 @@ def reproduce(workdir: Path, run_id: str, echo: Callable[[str], None] | None = N
         )
     repro_dir = workdir / "reproductions"
     with Ledger.open(repro_dir / LEDGER_NAME, prepared.inputs, tool_version=__version__) as ledger:
-        tester = DockerTester(
-            prepared.client,
-            ledger,
-            prepared.exporter,
-            WheelCache(prepared.cache_root / "wheels"),
-            build_settings(settings, prepared.base_image_id),
-            run_settings(prepared),
-            workdir=repro_dir,
-            ccache_dir=prepared.cache_root / "ccache",
-            submodule_path=settings.submodule_path,
-            echo=echo,
-        )
+        tester = docker_tester(prepared, ledger, repro_dir, echo=echo)
         again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
     return original, again

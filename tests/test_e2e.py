@@ -208,10 +208,20 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     assert [c.name for c in leftovers if c.status == "running"] == []
 
 
-def test_status_report_and_log_read_a_finished_session(sample_factory, bisect, tmp_path):
+def test_status_report_log_reproduce_and_cache_on_a_finished_session(
+    sample_factory, bisect, tmp_path, shared_cache
+):
     sample = sample_factory(PYPTO_REGRESSION)
     workdir = tmp_path / "work"
-    assert bisect(sample).returncode == 0
+    finished = bisect(sample)
+    assert finished.returncode == 0
+
+    culprit_run = finished.json()["reproduce"].split()[-1]
+    again = cli("reproduce", "--workdir", str(workdir), culprit_run)
+    assert again.returncode == 0, again.stderr
+    assert "the verdict reproduces" in again.stdout
+    cached = cli("cache", "ls", "--cache-dir", str(shared_cache), "--json").json()
+    assert {"pypto", "simpler"} <= {entry["package"] for entry in cached}
 
     status = cli("status", "--workdir", str(workdir), "--json")
     assert status.returncode == 0, status.stderr

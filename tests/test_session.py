@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from runner.errors import SourceUnavailable
 from runner.history import History, pointer_states
 from runner.ledger import Attempt, Level
 from runner.sample.histories import Sample, SampleSpec
@@ -203,3 +204,25 @@ def test_a_replay_reuses_every_recorded_verdict(sample_factory):
 
     assert again.tested == []
     assert outcome.simpler_culprit == sample.simpler_shas[4]
+
+
+def test_simpler_history_missing_locally_keeps_the_pypto_culprit_and_says_why(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+    tester = SpecTester(sample)
+
+    def unavailable(old: str, new: str) -> tuple[str, list[str]]:
+        raise SourceUnavailable(f"submodule commit {new[:12]} is not in the checkout")
+
+    session = Session(
+        History(sample.pypto),
+        tester,
+        tester.lookup,
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        simpler_states=unavailable,
+    )
+    outcome = session.run()
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[4]
+    assert outcome.source == "inconclusive" and outcome.exit_code == 1
+    assert any("cannot be bisected" in note for note in outcome.notes)

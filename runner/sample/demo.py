@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from runner.sample.histories import SampleSpec, make_sample
+from runner.sample.packages import EXAMPLE_PATH
 
 DEMO_SPEC = SampleSpec(
     pypto_commits=12,
@@ -21,6 +22,37 @@ DEMO_SPEC = SampleSpec(
     bumps=((6, 6), (9, 8)),
     simpler_regression_at=5,
 )
+
+
+def run_arguments(
+    *, pypto: Path, lib: Path, good: str, workdir: Path, cache: Path, base_image: str
+) -> list[str]:
+    """`run` on a sample, NPU mode with /dev/null standing in for /dev/davinci0."""
+    return [
+        "run",
+        "--pypto",
+        str(pypto),
+        "--lib",
+        str(lib),
+        "--script",
+        EXAMPLE_PATH,
+        "--good",
+        good,
+        "--platform",
+        "a2a3",
+        "--device",
+        "0",
+        "--device-map",
+        "/dev/null:/dev/davinci0",
+        "--base-image",
+        base_image,
+        "--workdir",
+        str(workdir),
+        "--cache-dir",
+        str(cache),
+        "--timeout",
+        "120",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,35 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
         text=True,
     ).stdout.split()[0]
-    command = [
-        sys.executable,
-        "-m",
-        "runner.cli",
-        "run",
-        "--pypto",
-        str(pypto),
-        "--lib",
-        str(repos / "pypto-lib"),
-        "--script",
-        "models/sample/decode_fwd.py",
-        "--good",
-        good,
-        "--platform",
-        "a2a3",
-        "--device",
-        "0",
-        "--device-map",
-        "/dev/null:/dev/davinci0",
-        "--base-image",
-        args.base_image,
-        "--workdir",
-        str(root / "workdir"),
-        "--cache-dir",
-        str(root / "cache"),
-        "--timeout",
-        "120",
-    ]
-    print("$ bisect-precision-docker " + " ".join(command[3:]), flush=True)
+    arguments = run_arguments(
+        pypto=pypto,
+        lib=repos / "pypto-lib",
+        good=good,
+        workdir=root / "workdir",
+        cache=root / "cache",
+        base_image=args.base_image,
+    )
+    command = [sys.executable, "-m", "runner.cli", *arguments]
+    print("$ bisect-precision-docker " + " ".join(arguments), flush=True)
     return subprocess.run(command).returncode
 
 
