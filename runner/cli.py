@@ -278,7 +278,10 @@ def _print_summary(report: dict, md_path: Path) -> None:
 
 
 def _workdir(workdir: Path | None) -> Path:
-    return workdir if workdir is not None else Path("bisect-precision")
+    """--workdir, else the config file's `workdir`, else ./bisect-precision."""
+    if workdir is not None:
+        return workdir
+    return load_settings({}, None).workdir
 
 
 @app.command()

@@ -25,6 +25,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 CONFIG_NAME = "bisect-precision.toml"
+PATH_KEYS = {"pypto", "lib", "workdir", "cache_dir", "ptoas_root", "pto_isa_root"}  # file-relative
 ENV_PREFIX = "BISECT_PRECISION_"
 CACHE_ENV = "BISECT_PRECISION_CACHE"
 DEFAULT_BASE_IMAGE = "quay.io/ascend/cann:9.0.0-910b-ubuntu22.04-py3.12"
@@ -143,6 +144,9 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"config file {path} is not valid TOML: {exc}") from exc
     data = {key.replace("-", "_"): value for key, value in data.items()}
+    for key in PATH_KEYS & data.keys():
+        if isinstance(data[key], str):
+            data[key] = str(path.parent / Path(data[key]).expanduser())
     return data
 
 
