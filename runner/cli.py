@@ -131,6 +131,10 @@ def run(
     lib: Annotated[
         Path | None, typer.Option(help="The pypto-lib checkout with the example (only read).")
     ] = None,
+    simpler: Annotated[
+        Path | None,
+        typer.Option(help="A simpler clone with commits the checkout's submodule lacks (read)."),
+    ] = None,
     script: Annotated[str | None, typer.Option(help="The example, relative to --lib.")] = None,
     good: Annotated[
         str | None, typer.Option(help="Known-good pypto revision (config: known_good).")
@@ -198,6 +202,7 @@ def run(
 
     flags = {
         "pypto": pypto,
+        "simpler": simpler,
         "lib": lib,
         "script": script,
         "known_good": good,

@@ -25,7 +25,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 CONFIG_NAME = "bisect-precision.toml"
-PATH_KEYS = {"pypto", "lib", "workdir", "cache_dir", "ptoas_root", "pto_isa_root"}  # file-relative
+# Paths in the config file are relative to the file, not to where the command runs.
+PATH_KEYS = {"pypto", "simpler", "lib", "workdir", "cache_dir", "ptoas_root", "pto_isa_root"}
 ENV_PREFIX = "BISECT_PRECISION_"
 CACHE_ENV = "BISECT_PRECISION_CACHE"
 DEFAULT_BASE_IMAGE = "quay.io/ascend/cann:9.0.0-910b-ubuntu22.04-py3.12"
@@ -48,6 +49,7 @@ class Settings(BaseModel):
     """Everything a bisect needs; the CLI makes paths absolute before a session starts."""
 
     pypto: Path | None = None
+    simpler: Path | None = None  # another simpler clone, for objects the pypto checkout lacks
     lib: Path | None = None
     script: str | None = None
     known_good: str | None = Field(default=None, alias="good")

@@ -75,9 +75,19 @@ def base_image_id(client: docker.DockerClient, name: str) -> str:
         raise InfrastructureError(f"the Docker Engine failed to inspect {name}: {exc}") from exc
 
 
+def extra_repos(settings: Settings) -> dict[str, Path]:
+    """--simpler: a separate simpler clone whose objects complement the checkout's submodule."""
+    if settings.simpler is None:
+        return {}
+    path = _directory(settings.simpler, "--simpler", "a simpler clone")
+    History(path)  # refuses a directory that is not a git repository
+    return {settings.submodule_path: path}
+
+
 def prepare(settings: Settings) -> Prepared:
     pypto_path = _directory(settings.pypto, "--pypto", "the pypto checkout")
     history = History(pypto_path)
+    extra = extra_repos(settings)
     lib = _directory(settings.lib, "--lib", "the pypto-lib checkout")
     script = _script(lib, settings.script)
     if not settings.known_good:
@@ -129,6 +139,6 @@ def prepare(settings: Settings) -> Prepared:
         base_image_id=image_id,
         workdir=workdir,
         cache_root=cache_root,
-        exporter=SourceExporter(pypto_path, cache_root),
+        exporter=SourceExporter(pypto_path, cache_root, extra),
         inputs=inputs,
     )

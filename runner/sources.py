@@ -210,8 +210,15 @@ class SourceExporter:
     share one cache.
     """
 
-    def __init__(self, superproject: Path, cache_dir: Path) -> None:
+    def __init__(
+        self,
+        superproject: Path,
+        cache_dir: Path,
+        extra_repos: Mapping[str, Path] = MappingProxyType({}),
+    ) -> None:
+        """`extra_repos`: submodule path -> another local clone with its objects (`--simpler`)."""
         self.superproject = Path(superproject).absolute()
+        self._extra = {_norm(path): Path(repo).absolute() for path, repo in extra_repos.items()}
         self._worktree, self._git_dir, self._common_dir = self._locate(self.superproject)
         key = hashlib.sha256(str(self._common_dir).encode()).hexdigest()[:16]
         self._root = Path(cache_dir).absolute() / "mirrors" / key
@@ -350,6 +357,8 @@ class SourceExporter:
             url_dirs.extend(p for p in _local_url_paths(url, parent.url_bases) if p.is_dir())
         locations = [g / "modules" / entry.name for g in parent.git_dirs]
         locations += worktrees + url_dirs
+        if not parent.names and _norm(entry.path) in self._extra:
+            locations.append(self._extra[_norm(entry.path)])
         git_dirs = [g for g in (_git_dir_of(loc) for loc in locations) if g is not None]
         base = parent.mirror.parent if parent.names else self._root
         mirror = base / "modules" / _quote(entry.name) / "mirror.git"

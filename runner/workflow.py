@@ -21,7 +21,7 @@ from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, Source
 from runner.execute import Mount, remove_stale_containers
 from runner.history import CommitInfo, History, pointer_states
 from runner.ledger import Attempt, Ledger, LedgerDocument, Level, to_git_bisect_log
-from runner.prepare import Prepared, prepare
+from runner.prepare import Prepared, extra_repos, prepare
 from runner.report import ReportFacts, write_reports
 from runner.search import Verdict
 from runner.session import EndpointFailure, Events, LevelResult, Outcome, Pending, Session
@@ -237,7 +237,8 @@ def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
     if cache_dir is None:
         cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
     history = History(Path(inputs.pypto_repo))
-    exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve())
+    extra = extra_repos(settings) if settings is not None else {}
+    exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
     by_pair = {(a.pypto_sha, a.simpler_sha): a for a in document.attempts}
     session = Session(
         history,

@@ -292,6 +292,21 @@ def test_unfetched_submodule_pin_is_source_unavailable_and_leaves_no_dest(
     assert parent.submodules[RUNTIME_PATH] == sample.gitlink(len(sample.pypto_shas) - 1)
 
 
+def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
+    sample: Sample, tmp_path: Path
+) -> None:
+    checkout, unfetched = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
+    clone = tmp_path / "elsewhere"  # the developer's own simpler clone, passed as --simpler
+    before = checkout_state(clone)
+
+    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: clone})
+    result = exporter.export("HEAD", tmp_path / "out")
+
+    assert result.submodules[RUNTIME_PATH] == unfetched
+    assert (tmp_path / "out" / RUNTIME_PATH / "UNPUBLISHED").is_file()
+    assert checkout_state(clone) == before
+
+
 def test_missing_superproject_commit_and_bad_names(
     sample: Sample, exporter: SourceExporter, tmp_path: Path
 ) -> None:
