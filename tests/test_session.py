@@ -18,7 +18,7 @@ from runner.history import History, pointer_states
 from runner.ledger import Attempt, Level
 from runner.sample.histories import Sample, SampleSpec
 from runner.search import Verdict
-from runner.session import EndpointFailure, Session
+from runner.session import EndpointFailure, LevelResult, Outcome, Session
 
 SMALL = {
     "pypto_commits": 8,
@@ -226,3 +226,25 @@ def test_simpler_history_missing_locally_keeps_the_pypto_culprit_and_says_why(sa
     assert outcome.pypto.first_bad == sample.pypto_shas[4]
     assert outcome.source == "inconclusive" and outcome.exit_code == 1
     assert any("cannot be bisected" in note for note in outcome.notes)
+
+
+@pytest.mark.parametrize(
+    ("found", "blamed"),
+    [(1, "o1"), (2, "o2"), (3, "n1"), (4, "n2")],
+    ids=["drops-old", "drops-its-parent", "adds-first", "adds-new"],
+)
+def test_a_diverged_pointer_blames_dropped_commits_before_the_merge_base_and_added_ones_after(
+    found, blamed
+):
+    # The path from old=o1 back through o2 to the merge base, then forward through n1 to new=n2:
+    # a first bad state on the backward leg means the commit just left behind held the fix.
+    path = ["o1", "o2", "base", "n1", "n2"]
+    outcome = Outcome(
+        "simpler",
+        LevelResult("pypto", ["good", "bad"]),
+        simpler=LevelResult("simpler", path, found=found),
+        direction="diverged",
+        merge_base_index=2,
+    )
+
+    assert outcome.simpler_culprit == blamed
