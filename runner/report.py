@@ -196,6 +196,8 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
 
 
 def _headline(outcome: Outcome, facts: ReportFacts) -> str:
+    if outcome.endpoint_failure is not None:
+        return f"Stopped before bisecting: {outcome.endpoint_failure}."
     if not outcome.finished:
         return "The bisect is not finished yet: rerun the same `run` command to continue."
     pypto = outcome.pypto

@@ -136,6 +136,7 @@ class Outcome:
     direction: str | None = None
     notes: list[str] = field(default_factory=list)
     pending: Pending | None = None  # replay stopped here: the bisect is not finished
+    endpoint_failure: str | None = None  # an endpoint did not reproduce: nothing was bisected
     merge_base_index: int = -1  # diverged pointers: where the path turns from backward to forward
 
     @property
@@ -144,6 +145,8 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
+        if self.endpoint_failure is not None:
+            return 3
         if self.source == "inconclusive":
             return 1
         if self.source == "simpler" and self.simpler is not None and self.simpler.found is None:

@@ -202,10 +202,22 @@ def run_bisect(
         try:
             outcome = session.run()
         except EndpointFailure as failure:
-            raise endpoint_error(failure) from None
+            error = endpoint_error(failure)
+            stopped = _stopped_at_endpoint(prepared.good, prepared.commits, str(error))
+            wall = time.monotonic() - started
+            _write(workdir, ledger.document, stopped, prepared.history, prepared.exporter, wall)
+            raise error from None
         document = ledger.document
         wall = time.monotonic() - started
         return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
+
+
+def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome:
+    """What the reports say when an endpoint does not reproduce: no range was bisected."""
+    outcome = Outcome("inconclusive", LevelResult("pypto", [good, *commits]))
+    outcome.endpoint_failure = message
+    outcome.notes.append(message)
+    return outcome
 
 
 class _LedgerOnly:
@@ -257,7 +269,7 @@ def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
     except EndpointFailure as exc:
         failure = exc
         commits = history.first_parent_range(inputs.good, inputs.bad)
-        outcome = Outcome("inconclusive", LevelResult("pypto", [inputs.good, *commits]))
+        outcome = _stopped_at_endpoint(inputs.good, commits, str(endpoint_error(exc)))
     return Replay(document, outcome, history, exporter, workdir, failure)
 
 
@@ -270,8 +282,6 @@ def _settings_or_none(workdir: Path) -> Settings | None:
 
 def rewrite_reports(workdir: Path, cache_dir: Path | None = None) -> RunResult:
     state = replay(workdir, cache_dir)
-    if state.endpoint_failure is not None:
-        raise endpoint_error(state.endpoint_failure)
     return _write(state.workdir, state.document, state.outcome, state.history, state.exporter, None)
 
 

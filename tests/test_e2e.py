@@ -148,7 +148,7 @@ def test_a_broken_build_stretch_next_to_the_culprit_is_inconclusive_with_the_ran
     assert skipped and all("build failed" in s["reason"] for s in skipped)
 
 
-def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect):
+def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect, tmp_path):
     sample = sample_factory(PYPTO_REGRESSION)
 
     result = bisect(sample, "--good", sample.pypto_shas[6])
@@ -157,6 +157,9 @@ def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect
     assert "known-good commit" in result.stderr
     assert "environment" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert report["exit_code"] == 3 and report["pypto"]["first_bad"] is None
+    assert len(report["steps"]) == 1, "nothing is bisected once an endpoint fails"
 
 
 def _attempts(workdir: Path) -> list[dict]:
