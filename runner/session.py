@@ -258,10 +258,13 @@ class Session:
     def run(self) -> Outcome:
         commits = self.history.first_parent_range(self.good, self.bad)
         first = LevelResult("pypto", [self.good, *commits])
+        self._partial = Outcome("inconclusive", first)
         try:
             return self._run(first)
         except Pending as pending:
-            return Outcome("inconclusive", first, pending=pending)
+            # Replay ran out of recorded verdicts: report how far the session got, levels included.
+            self._partial.pending = pending
+            return self._partial
 
     def _run(self, first: LevelResult) -> Outcome:
         self.events.level_started("pypto", len(first.candidates) - 1, "pypto first-parent commits")
@@ -274,6 +277,7 @@ class Session:
         parent = first.candidates[first.found - 1]
         change = self.history.classify(culprit, self.path)
         outcome = Outcome("pypto", first, change=change)
+        self._partial = outcome
         if not change.moved:
             return outcome
         if change.old is None or change.new is None:

@@ -186,6 +186,10 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     process.wait()
     recorded = _attempts(workdir)
     assert len(recorded) >= 2
+    status = cli("status", "--workdir", str(workdir), "--cache-dir", str(cache), "--json")
+    assert status.returncode == 0, status.stderr
+    assert status.json()["finished"] is False
+    assert status.json()["attempts"] == len(recorded)
 
     result = cli(*run_args(sample, workdir, cache), "--json")
 

@@ -18,7 +18,7 @@ from runner.history import History, pointer_states
 from runner.ledger import Attempt, Level
 from runner.sample.histories import Sample, SampleSpec
 from runner.search import Verdict
-from runner.session import EndpointFailure, LevelResult, Outcome, Session
+from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session
 
 SMALL = {
     "pypto_commits": 8,
@@ -248,3 +248,27 @@ def test_a_diverged_pointer_blames_dropped_commits_before_the_merge_base_and_add
     )
 
     assert outcome.simpler_culprit == blamed
+
+
+def test_a_replay_that_runs_out_mid_simpler_level_reports_both_levels(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+    _, first = bisect(sample)
+    recorded = {key: a for key, a in first.recorded.items() if a.level != "simpler"}
+
+    class LedgerOnly:
+        def test(self, level, pypto, simpler):
+            raise Pending(level, pypto, simpler)
+
+    session = Session(
+        History(sample.pypto),
+        LedgerOnly(),
+        lambda pypto, simpler: recorded.get((pypto, simpler)),
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    )
+    outcome = session.run()
+
+    assert outcome.pending is not None and outcome.pending.level == "simpler"
+    assert outcome.pypto.first_bad == sample.pypto_shas[4]
+    assert outcome.simpler is not None and not outcome.simpler.done
