@@ -183,6 +183,7 @@ class Session:
         verify: bool = True,
         simpler_states: SimplerStates,
         merge_base: Callable[[str, str], str | None] | None = None,
+        simpler_subject: Callable[[str], str] | None = None,
         events: Events | None = None,
     ) -> None:
         self.history = history
@@ -194,14 +195,21 @@ class Session:
         self.verify = verify
         self.simpler_states = simpler_states
         self.merge_base = merge_base
+        self.simpler_subject = simpler_subject
         self.events = events or QuietEvents()
         self._gitlinks: dict[str, str | None] = {}
         self._subjects: dict[str, str] = {}
 
-    def subject(self, commit: str) -> str:
-        if commit not in self._subjects:
-            self._subjects[commit] = self.history.subject(commit)
-        return self._subjects[commit]
+    def subject(self, pypto: str, simpler: str | None = None, level: Level = "pypto") -> str:
+        """What the progress shows: the simpler commit's subject on the simpler level."""
+        key = simpler if level == "simpler" and simpler and self.simpler_subject else pypto
+        if key not in self._subjects:
+            try:
+                describe = self.simpler_subject if key != pypto else self.history.subject
+                self._subjects[key] = describe(key) if describe else ""
+            except BisectError:
+                self._subjects[key] = ""
+        return self._subjects[key]
 
     def gitlink(self, commit: str) -> str | None:
         if commit not in self._gitlinks:
@@ -209,12 +217,13 @@ class Session:
         return self._gitlinks[commit]
 
     def _test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        subject = self.subject(pypto, simpler, level)
         known = self.lookup(pypto, simpler)
         if known is not None:
-            self.events.attempt_done(known, reused=True, subject=self.subject(pypto))
+            self.events.attempt_done(known, reused=True, subject=subject)
             return known
         attempt = self.tester.test(level, pypto, simpler)
-        self.events.attempt_done(attempt, reused=False, subject=self.subject(pypto))
+        self.events.attempt_done(attempt, reused=False, subject=subject)
         return attempt
 
     def _known(self, pypto: str, simpler: str | None) -> Verdict | None:
@@ -247,7 +256,12 @@ class Session:
             commit = result.candidates[index]
             pypto, simpler = pair(commit)
             self.events.step_started(
-                result.level, result.tests, result.steps_left, pypto, simpler, self.subject(pypto)
+                result.level,
+                result.tests,
+                result.steps_left,
+                pypto,
+                simpler,
+                self.subject(pypto, simpler, result.level),
             )
             attempt = self._test(result.level, pypto, simpler)
             result.tests += 1

@@ -121,6 +121,17 @@ def _simpler_states(exporter: SourceExporter, path: str) -> Callable[[str, str],
     return states
 
 
+def _simpler_subject(exporter: SourceExporter, path: str) -> Callable[[str], str]:
+    histories: list[History] = []
+
+    def subject(sha: str) -> str:
+        if not histories:
+            histories.append(History(exporter.submodule_git_dir(path)))
+        return histories[0].subject(sha)
+
+    return subject
+
+
 def _merge_base(exporter: SourceExporter, path: str) -> Callable[[str, str], str | None]:
     def merge_base(old: str, new: str) -> str | None:
         try:
@@ -197,6 +208,7 @@ def run_bisect(
             verify=settings.verify,
             simpler_states=_simpler_states(prepared.exporter, settings.submodule_path),
             merge_base=_merge_base(prepared.exporter, settings.submodule_path),
+            simpler_subject=_simpler_subject(prepared.exporter, settings.submodule_path),
             events=events,
         )
         try:
