@@ -448,6 +448,7 @@ class SourceExporter:
         return SourceUnavailable(
             f"source unavailable: submodule {repo.display} commit {sha[:12]} is not in the local "
             f"checkout or its submodules ({repo.modules_hint}); fetch it there and rerun"
+            + (" (or pass --simpler PATH to a clone that has it)" if len(repo.names) == 1 else "")
         )
 
     def _require_commit(self, repo: _Repo, sha: str) -> None:

@@ -175,7 +175,8 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
         text = f"the known-bad commit {sha} passes: there is no regression to bisect in this range"
     else:
         text = f"the known-bad commit {sha} could not be tested ({why}); pick another --bad"
-    return EndpointsDoNotReproduce(f"{text} (log: {attempt.log_path})")
+    log = f" (log: {attempt.log_path})" if attempt.log_path else ""
+    return EndpointsDoNotReproduce(text + log)
 
 
 def run_bisect(
