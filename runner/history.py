@@ -8,6 +8,7 @@ is the search engine's job; this module only reports what the history is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -168,6 +169,43 @@ class History:
             if name == path and len(fields) == 3 and fields[0] == GITLINK_MODE:
                 return fields[2]
         return None
+
+    def gitlinks(self, chain: Sequence[str], path: str = "runtime") -> dict[str, str | None]:
+        """`gitlink` for every commit of a first-parent chain (oldest first) in two git calls.
+
+        A range of 1,500 commits would otherwise cost 1,500 `ls-tree` runs on every start and
+        every `status`; only the commits that touch `path` can move the pointer.
+        """
+        if not chain:
+            return {}
+        current = self.gitlink(chain[0], path)
+        result = {chain[0]: current}
+        if len(chain) == 1:
+            return result
+        span = f"{chain[0]}..{chain[-1]}"
+        shown = self._run(
+            "log",
+            "--first-parent",
+            "--raw",
+            "--no-abbrev",
+            "--format=%x00%H",
+            span,
+            "--",
+            path,
+            rev=span,
+        )
+        moved: dict[str, str | None] = {}
+        for block in shown.split("\0")[1:]:
+            sha, *raw = block.strip().splitlines()
+            for line in raw:
+                meta, _, name = line.partition("\t")
+                fields = meta.split()
+                if name == path and len(fields) >= 4:
+                    moved[sha.strip()] = fields[3] if fields[1] == GITLINK_MODE else None
+        for commit in chain[1:]:
+            current = moved.get(commit, current)
+            result[commit] = current
+        return result
 
     def subject(self, commit: str) -> str:
         return self._run("log", "-1", "--format=%s", commit, "--", rev=commit)

@@ -272,6 +272,7 @@ class Session:
     def run(self) -> Outcome:
         commits = self.history.first_parent_range(self.good, self.bad)
         first = LevelResult("pypto", [self.good, *commits])
+        self._gitlinks.update(self.history.gitlinks(first.candidates, self.path))
         self._partial = Outcome("inconclusive", first)
         try:
             return self._run(first)

@@ -11,7 +11,7 @@ import pytest
 
 from runner.errors import BadInput, SourceUnavailable
 from runner.history import History, pointer_states
-from runner.sample.histories import Sample, SampleSpec, git, make_sample
+from runner.sample.histories import LIBBACKTRACE_PATH, Sample, SampleSpec, git, make_sample
 
 BACKWARD = SampleSpec(bumps=((6, 6), (9, 4)))
 CODE_BUMP = SampleSpec(code_with_bump=frozenset({9}))
@@ -321,3 +321,23 @@ def test_the_expected_culprit_descends_into_the_bump_that_brought_the_regression
     assert culprit.simpler_sha == sample.simpler_shas[7]
     code = SampleSpec(pypto_regression_at=7).bad
     assert [code(i) for i in (6, 7, 12)] == [False, True, True]
+
+
+def test_gitlinks_of_a_whole_range_match_one_by_one_lookups(sample_factory):
+    spec = SampleSpec(
+        pypto_commits=10,
+        simpler_commits=8,
+        runtime_added_at=3,
+        bumps=((5, 7), (7, 4), (8, 6)),
+        code_with_bump=frozenset({7}),
+        libbacktrace_url_change_at=4,
+    )
+    sample = sample_factory(spec)
+    history = History(sample.pypto)
+
+    for start in (0, 2, 3, 6):
+        chain = sample.pypto_shas[start:]
+        assert history.gitlinks(chain) == {sha: history.gitlink(sha) for sha in chain}
+    assert history.gitlinks(sample.pypto_shas, LIBBACKTRACE_PATH) == {
+        sha: history.gitlink(sha, LIBBACKTRACE_PATH) for sha in sample.pypto_shas
+    }
