@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from rich.console import Console
@@ -11,6 +12,7 @@ from rich.text import Text
 
 from runner.ledger import Attempt, Level
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
 
 
@@ -75,7 +77,8 @@ class ConsoleProgress:
         self.console.print(escape(text))
 
     def echo(self, line: str) -> None:
-        self.console.print(Text(line.rstrip("\n"), style="dim"))
+        """A build or run log line (--verbose), without the colour codes tools put in logs."""
+        self.console.print(Text(ANSI.sub("", line.rstrip("\n")), style="dim"))
 
 
 class _Status:

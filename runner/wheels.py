@@ -404,6 +404,7 @@ def builder_spec(
         "PIP_BREAK_SYSTEM_PACKAGES": "1",
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_ROOT_USER_ACTION": "ignore",
         **settings.environment,
     }
     mounts = [
