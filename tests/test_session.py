@@ -357,3 +357,17 @@ def test_any_monotone_history_bisects_to_the_brute_force_answer(spec):
         assert outcome.simpler.first_bad == sample.simpler_shas[state]
     pypto_tests = [t for t in tester.tested if t[0] == "pypto"]
     assert len(pypto_tests) <= math.ceil(math.log2(spec.pypto_commits)) + 2
+
+
+def test_broken_simpler_commits_next_to_the_culprit_give_the_simpler_range(sample_factory):
+    spec = SampleSpec(
+        **SMALL, bumps=((4, 7),), simpler_regression_at=5, broken_simpler=frozenset({4})
+    )
+    sample = sample_factory(spec)
+
+    outcome, _ = bisect(sample)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[4]
+    assert outcome.source == "simpler" and outcome.exit_code == 1
+    assert outcome.simpler_culprit is None
+    assert outcome.simpler.suspects == sample.simpler_shas[4:6]
