@@ -508,7 +508,8 @@ def _build(
     result = run_container(client, spec, log_path=log_path, timeout=settings.timeout, echo=echo)
     seconds = time.monotonic() - started
 
-    if result.timed_out or result.oom_killed:
+    killed = result.exit_code == 137  # SIGKILL: the kernel's OOM killer outside a memory limit
+    if result.timed_out or result.oom_killed or killed:
         # Says nothing about the commit: keep the log outside the cache and let a later run retry.
         _hand_back(client, spec, work / "chown.log")
         cache.failed_log_dir.mkdir(parents=True, exist_ok=True)
@@ -517,7 +518,7 @@ def _build(
         why = (
             f"build timed out after {settings.timeout:g}s"
             if result.timed_out
-            else "build was killed for running out of memory"
+            else "build was killed (out of memory?)"
         )
         return WheelResult(
             package=package,
