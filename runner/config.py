@@ -94,6 +94,13 @@ class Settings(BaseModel):
             raise ValueError(f"device must be a card number or a comma list of them, not {value!r}")
         return ",".join(parts)
 
+    @field_validator("run_env")
+    @classmethod
+    def _run_env(cls, value: dict[str, str]) -> dict[str, str]:
+        """pypto's CI ring sizes stay unless overridden; an empty value removes a variable."""
+        merged = {**DEFAULT_RUN_ENV, **{k: str(v) for k, v in value.items()}}
+        return {key: text for key, text in merged.items() if text != ""}
+
     @field_validator("timeout", "build_timeout")
     @classmethod
     def _positive(cls, value: float) -> float:

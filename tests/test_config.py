@@ -78,3 +78,17 @@ def test_the_run_digest_changes_with_settings_that_can_change_a_verdict():
     assert base.run_digest() == load_settings({"timeout": 5.0}).run_digest()
     assert base.run_digest() != load_settings({"run_env": {"X": "1"}}).run_digest()
     assert base.run_digest() != load_settings({"build_network": True}).run_digest()
+
+
+def test_run_environment_keeps_the_ring_defaults_unless_overridden_or_emptied(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[run_env]\nPTO2_RING_HEAP = "2147483648"\nPTO2_RING_DEP_POOL = ""\nX = "1"\n'
+    )
+
+    env = load_settings({}, config).run_env
+
+    assert env["PTO2_RING_HEAP"] == "2147483648"
+    assert env["PTO2_RING_TASK_WINDOW"] == "16384"
+    assert "PTO2_RING_DEP_POOL" not in env
+    assert env["X"] == "1"
