@@ -359,6 +359,9 @@ class SourceExporter:
         locations += worktrees + url_dirs
         if not parent.names and _norm(entry.path) in self._extra:
             locations.append(self._extra[_norm(entry.path)])
+        # Last resort, after the stores named for this submodule: every other module store of the
+        # parent, since a submodule renamed in .gitmodules keeps its objects under the old name.
+        locations += [m for g in parent.git_dirs for m in sorted((g / "modules").glob("*"))]
         git_dirs = [g for g in (_git_dir_of(loc) for loc in locations) if g is not None]
         base = parent.mirror.parent if parent.names else self._root
         mirror = base / "modules" / _quote(entry.name) / "mirror.git"

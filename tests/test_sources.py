@@ -307,6 +307,20 @@ def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
     assert checkout_state(clone) == before
 
 
+def test_objects_kept_under_another_module_name_are_still_found(
+    sample: Sample, tmp_path: Path
+) -> None:
+    # .gitmodules names the submodule "simpler", but the checkout keeps it under an older name.
+    copy = tmp_path / "checkout"
+    shutil.copytree(sample.pypto, copy, symlinks=True)
+    (copy / ".git" / "modules" / "simpler").rename(copy / ".git" / "modules" / "runtime-old")
+    shutil.rmtree(copy / RUNTIME_PATH)
+
+    result = SourceExporter(copy, tmp_path / "cache").export("HEAD", tmp_path / "out")
+
+    assert result.submodules[RUNTIME_PATH] == sample.gitlink(len(sample.pypto_shas) - 1)
+
+
 def test_missing_superproject_commit_and_bad_names(
     sample: Sample, exporter: SourceExporter, tmp_path: Path
 ) -> None:
