@@ -90,8 +90,11 @@ class _Status:
         elapsed = time.monotonic() - p.phase_started
         subject = p.subject
         simpler = f" + simpler {p.simpler[:12]}" if p.level != "pypto" and p.simpler else ""
+        # Most important first: a narrow terminal crops the end of the line.
         return Text(
-            f"{p.level} level · step {p.done + 1} of about {p.done + max(p.left, 1)} · "
-            f"{p.commit[:12]}{simpler} {subject[:40]} · {p.phase_name} {elapsed:.0f}s",
+            f"{p.level} step {p.done + 1}/~{p.done + max(p.left, 1)} · {p.commit[:12]}{simpler}"
+            f" · {p.phase_name} {elapsed:.0f}s · {subject}",
             style="cyan",
+            no_wrap=True,
+            overflow="ellipsis",
         )

@@ -340,11 +340,13 @@ class Session:
 
     def _verify_endpoints(self, first: LevelResult) -> None:
         last = len(first.candidates) - 1
-        for index, expected, which in ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad")):
+        checks = ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad"))
+        for position, (index, expected, which) in enumerate(checks):
             commit = first.candidates[index]
             simpler = self.gitlink(commit)
+            left = first.steps_left + len(checks) - position  # this check and those after it
             self.events.step_started(
-                "pypto", first.tests, first.steps_left, commit, simpler, self.subject(commit)
+                "pypto", first.tests, left, commit, simpler, self.subject(commit)
             )
             attempt = self._test("pypto", commit, simpler)
             first.tests += 1
