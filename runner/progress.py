@@ -41,7 +41,9 @@ class ConsoleProgress:
         self.live.stop()
 
     def level_started(self, level: Level, count: int, note: str) -> None:
-        self.level = level
+        self.level, self.done, self.left = level, 0, 1
+        self.commit, self.simpler, self.subject = "", None, ""
+        self.phase("starting")
         self.console.print(f"[bold]{level} level[/bold]: {count} candidates ({note})")
 
     def step_started(
