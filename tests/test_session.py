@@ -371,3 +371,14 @@ def test_broken_simpler_commits_next_to_the_culprit_give_the_simpler_range(sampl
     assert outcome.source == "simpler" and outcome.exit_code == 1
     assert outcome.simpler_culprit is None
     assert outcome.simpler.suspects == sample.simpler_shas[4:6]
+
+
+def test_without_verification_the_endpoints_are_assumed_and_never_tested(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+
+    outcome, tester = bisect(sample, verify=False)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    tested = {pypto for _, pypto, _ in tester.tested}
+    assert sample.pypto_shas[0] not in tested and sample.pypto_shas[-1] not in tested
+    assert len(tester.tested) <= math.ceil(math.log2(8))
