@@ -293,6 +293,11 @@ class Session:
         change = self.history.classify(culprit, self.path)
         outcome = Outcome("pypto", first, change=change)
         self._partial = outcome
+        if not change.moved and not any(_builds_from(path) for path in change.changed_paths):
+            outcome.notes.append(
+                "the culprit changes no build input (only docs, tests or CI files), so its verdict "
+                "may be noise: run `reproduce` on it and on its parent before trusting it"
+            )
         if not change.moved:
             return outcome
         if change.old is None or change.new is None:
@@ -368,6 +373,15 @@ class Session:
         if code is bad or pointer is good:
             return Split(pointer, code, "code")
         return Split(pointer, code, "unknown")
+
+
+_NOT_BUILT = (".md", ".rst", ".txt")
+_NOT_BUILT_DIRS = ("docs/", "doc/", "tests/", "test/", ".github/", ".gitlab/")
+
+
+def _builds_from(path: str) -> bool:
+    """Whether a changed path can plausibly change what gets built or run."""
+    return not (path.endswith(_NOT_BUILT) or path.startswith(_NOT_BUILT_DIRS))
 
 
 def describe_split(split: Split) -> str:

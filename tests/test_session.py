@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from runner.errors import SourceUnavailable
 from runner.history import History, pointer_states
 from runner.ledger import Attempt, Level
-from runner.sample.histories import Sample, SampleSpec, make_sample
+from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
 from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session
 
@@ -94,6 +94,7 @@ def test_a_pypto_regression_is_found_in_at_most_log2_tests_plus_the_endpoints(sa
     assert outcome.source == "pypto"
     assert outcome.pypto.first_bad == sample.pypto_shas[6]
     assert outcome.simpler is None
+    assert outcome.notes == []
     assert len(tester.tested) <= math.ceil(math.log2(8)) + 2
 
 
@@ -382,3 +383,47 @@ def test_without_verification_the_endpoints_are_assumed_and_never_tested(sample_
     tested = {pypto for _, pypto, _ in tester.tested}
     assert sample.pypto_shas[0] not in tested and sample.pypto_shas[-1] not in tested
     assert len(tester.tested) <= math.ceil(math.log2(8))
+
+
+def test_a_culprit_that_changes_only_docs_is_flagged_as_possible_noise(sample_factory, tmp_path):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),)))  # no regression at all
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    (clone / "docs").mkdir()
+    (clone / "docs" / "notes.md").write_text("release notes\n")
+    git(clone, "add", "docs")
+    git(clone, "commit", "-q", "-m", "docs: release notes")
+    docs_only = git(clone, "rev-parse", "HEAD")
+
+    class NoisyOnDocs(SpecTester):
+        """A flaky failure that happens to land on the docs commit."""
+
+        def test(self, level, pypto, simpler):
+            if pypto != docs_only:
+                return super().test(level, pypto, simpler)
+            now = datetime.now(timezone.utc)
+            attempt = Attempt(
+                run_id="noise",
+                level=level,
+                pypto_sha=pypto,
+                simpler_sha=simpler,
+                verdict=Verdict.BAD,
+                started_at=now,
+                finished_at=now,
+            )
+            self.recorded[(pypto, simpler)] = attempt
+            return attempt
+
+    tester = NoisyOnDocs(sample)
+    session = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=sample.pypto_shas[-1],
+        bad=docs_only,
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    )
+    outcome = session.run()
+
+    assert outcome.pypto.first_bad == docs_only
+    assert any("changes no build input" in note for note in outcome.notes)
