@@ -331,11 +331,19 @@ def _load(path: Path) -> LedgerDocument:
         ) from exc
 
 
+_FIELD_MEANING = {
+    "settings_digest": "settings_digest (build/run settings or the example's text changed)",
+}
+
+
 def _check_same_session(path: Path, recorded: SessionInputs, wanted: SessionInputs) -> None:
     old, new = recorded.model_dump(), wanted.model_dump()
     differing = [name for name in SessionInputs.model_fields if old[name] != new[name]]
     if differing:
-        details = "; ".join(f"{name}: {old[name]!r} -> {new[name]!r}" for name in differing)
+        details = "; ".join(
+            f"{_FIELD_MEANING.get(name, name)}: {old[name]!r} -> {new[name]!r}"
+            for name in differing
+        )
         raise LedgerError(
             f"ledger {path} belongs to another session ({details}); pass --new-session to start "
             "over (the old ledger is kept as a backup)"

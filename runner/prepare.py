@@ -6,6 +6,7 @@ typo in a revision costs a second, not a wheel build.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -75,6 +76,13 @@ def base_image_id(client: docker.DockerClient, name: str) -> str:
         raise InfrastructureError(f"the Docker Engine failed to inspect {name}: {exc}") from exc
 
 
+def session_digest(settings: Settings, example: Path) -> str:
+    """Settings that can change a verdict, plus the example itself: editing the example between
+    two runs must not mix its old verdicts with new ones in one ledger."""
+    blob = settings.run_digest().encode() + b"\0" + example.read_bytes()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
 def extra_repos(settings: Settings) -> dict[str, Path]:
     """--simpler: a separate simpler clone whose objects complement the checkout's submodule."""
     if settings.simpler is None:
@@ -123,7 +131,7 @@ def prepare(settings: Settings) -> Prepared:
         base_image_id=image_id,
         submodule_path=settings.submodule_path,
         extra_args=list(settings.extra_args),
-        settings_digest=settings.run_digest(),
+        settings_digest=session_digest(settings, lib / script),
     )
     return Prepared(
         settings=settings,

@@ -4,6 +4,7 @@ and whatever a ledger already holds is left exactly as it was."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,24 @@ def test_cache_commands_on_an_empty_cache_and_a_bad_size(tmp_path):
     assert listed.returncode == 0 and listed.json() == []
     pruned = cli("cache", "prune", "--cache-dir", str(tmp_path), "--max-size", "lots")
     assert_one_line_error(pruned, 2, "--max-size")
+
+
+@pytest.mark.docker
+def test_editing_the_example_between_runs_is_refused_instead_of_mixing_verdicts(
+    sample, tmp_path, shared_cache
+):
+    lib = tmp_path / "lib"
+    shutil.copytree(sample.lib, lib)
+    args = run_args(sample, tmp_path / "work", shared_cache)
+    args[args.index("--lib") + 1] = str(lib)
+    first = cli(*args)
+    assert first.returncode == 3, first.stderr  # the default sample never regresses
+    ledger = tmp_path / "work" / "ledger.json"
+    before = ledger.read_bytes()
+
+    example = lib / sample.script
+    example.write_text(example.read_text().replace("RTOL = 1e-5", "RTOL = 1e-2"))
+    again = cli(*args)
+
+    assert_one_line_error(again, 2, "example's text changed", "--new-session")
+    assert ledger.read_bytes() == before
