@@ -337,7 +337,8 @@ def _infrastructure(exc: OSError, doing: str) -> InfrastructureError:
 
 _PIP_NOISE = re.compile(
     r"^(error: (subprocess-exited-with-error|metadata-generation-failed)"
-    r"|ERROR: Failed (building wheel|to build)|note: |hint: |[\u00d7\u2570\u2502])",
+    r"|ERROR: Failed (building wheel|to build)|note: |hint: |[\u00d7\u2570\u2502]"
+    r"|.*finished with status 'error'$)",
     re.IGNORECASE,
 )
 
