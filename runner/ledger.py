@@ -116,6 +116,13 @@ class LedgerDocument(_Strict):
             seen.add(attempt.run_id)
         return self
 
+    def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
+        """The latest attempt for exactly this pair (``simpler_sha`` None = no runtime gitlink)."""
+        for attempt in reversed(self.attempts):
+            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha:
+                return attempt
+        return None
+
 
 class Ledger:
     """An open, locked ledger. Use :meth:`open`; close it (or use ``with``) to release the lock."""
@@ -225,11 +232,7 @@ class Ledger:
         self._document = checked
 
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
-        """The latest attempt for exactly this pair (``simpler_sha`` None = no runtime gitlink)."""
-        for attempt in reversed(self._document.attempts):
-            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha:
-                return attempt
-        return None
+        return self._document.find(pypto_sha, simpler_sha)
 
     def attempts_for(self, level: Level) -> list[Attempt]:
         return [attempt for attempt in self._document.attempts if attempt.level == level]

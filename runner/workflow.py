@@ -264,11 +264,10 @@ def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
     history = History(Path(inputs.pypto_repo))
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
-    by_pair = {(a.pypto_sha, a.simpler_sha): a for a in document.attempts}
     session = Session(
         history,
         _LedgerOnly(),
-        lambda pypto, simpler: by_pair.get((pypto, simpler)),
+        document.find,
         good=inputs.good,
         bad=inputs.bad,
         submodule_path=inputs.submodule_path,
@@ -298,13 +297,6 @@ def rewrite_reports(workdir: Path, cache_dir: Path | None = None) -> RunResult:
     return _write(state.workdir, state.document, state.outcome, state.history, state.exporter, None)
 
 
-def _attempt_for(doc: LedgerDocument, pypto: str | None, simpler: str | None) -> Attempt | None:
-    if pypto is None:
-        return None
-    found = [a for a in doc.attempts if a.pypto_sha == pypto and a.simpler_sha == simpler]
-    return found[-1] if found else None
-
-
 def _artifacts(attempt: Attempt | None) -> Path | None:
     if attempt is None or attempt.artifacts_dir is None:
         return None
@@ -331,8 +323,8 @@ def gather_facts(
     good_run = bad_run = None
     if outcome.pypto.found is not None:
         last_good = outcome.pypto.last_good
-        good_run = _attempt_for(doc, last_good, history.gitlink(last_good, path))
-        bad_run = _attempt_for(doc, culprit, history.gitlink(culprit, path))
+        good_run = doc.find(last_good, history.gitlink(last_good, path))
+        bad_run = doc.find(culprit, history.gitlink(culprit, path))
     simpler = outcome.simpler
     if simpler is not None and simpler.found is not None:
         blamed = outcome.simpler_culprit
@@ -347,8 +339,8 @@ def gather_facts(
         except (SourceUnavailable, BadInput):
             pass
         good_state = simpler.candidates[simpler.found - 1]
-        good_run = _attempt_for(doc, simpler.anchor, good_state) or good_run
-        bad_run = _attempt_for(doc, simpler.anchor, simpler.first_bad) or bad_run
+        good_run = doc.find(simpler.anchor, good_state) or good_run
+        bad_run = doc.find(simpler.anchor, simpler.first_bad) or bad_run
     facts.commits = commits
     if outcome.pypto.found is not None:
         facts.triage = compare_generated(_artifacts(good_run), _artifacts(bad_run))
