@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -20,11 +21,27 @@ from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
 from runner.execute import Mount, remove_stale_containers
 from runner.history import CommitInfo, History, pointer_states
-from runner.ledger import Attempt, Ledger, LedgerDocument, Level, to_git_bisect_log
+from runner.ledger import (
+    Attempt,
+    Ledger,
+    LedgerDocument,
+    Level,
+    SessionInputs,
+    to_git_bisect_log,
+)
 from runner.prepare import Prepared, extra_repos, prepare
 from runner.report import ReportFacts, write_reports
 from runner.search import Verdict
-from runner.session import EndpointFailure, Events, LevelResult, Outcome, Pending, Session
+from runner.session import (
+    EndpointFailure,
+    Events,
+    LevelResult,
+    Lookup,
+    Outcome,
+    Pending,
+    Session,
+    Tester,
+)
 from runner.sources import SourceExporter
 from runner.triage import compare_generated
 from runner.wheels import BuildSettings, WheelCache
@@ -114,32 +131,39 @@ def docker_tester(
     )
 
 
-def _simpler_states(exporter: SourceExporter, path: str) -> Callable[[str, str], tuple[str, list]]:
-    def states(old: str, new: str) -> tuple[str, list[str]]:
-        return pointer_states(exporter.submodule_git_dir(path), old, new)
+def _session(
+    history: History,
+    exporter: SourceExporter,
+    tester: Tester,
+    lookup: Lookup,
+    inputs: SessionInputs,
+    *,
+    verify: bool,
+    events: Events | None = None,
+) -> Session:
+    """A session over `inputs`, whose simpler questions go to the exporter's submodule mirror."""
+    path = inputs.submodule_path
+    simpler = functools.cache(lambda: History(exporter.submodule_git_dir(path)))
 
-    return states
-
-
-def _simpler_subject(exporter: SourceExporter, path: str) -> Callable[[str], str]:
-    histories: list[History] = []
-
-    def subject(sha: str) -> str:
-        if not histories:
-            histories.append(History(exporter.submodule_git_dir(path)))
-        return histories[0].subject(sha)
-
-    return subject
-
-
-def _merge_base(exporter: SourceExporter, path: str) -> Callable[[str, str], str | None]:
     def merge_base(old: str, new: str) -> str | None:
         try:
-            return History(exporter.submodule_git_dir(path)).merge_base(old, new)
+            return simpler().merge_base(old, new)
         except SourceUnavailable:
             return None
 
-    return merge_base
+    return Session(
+        history,
+        tester,
+        lookup,
+        good=inputs.good,
+        bad=inputs.bad,
+        submodule_path=path,
+        verify=verify,
+        simpler_states=lambda old, new: pointer_states(exporter.submodule_git_dir(path), old, new),
+        merge_base=merge_base,
+        simpler_subject=lambda sha: simpler().subject(sha),
+        events=events,
+    )
 
 
 def _save_settings(workdir: Path, settings: Settings) -> None:
@@ -199,17 +223,13 @@ def run_bisect(
     ) as ledger:
         _save_settings(workdir, settings)
         tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo)
-        session = Session(
+        session = _session(
             prepared.history,
+            prepared.exporter,
             tester,
             ledger.find,
-            good=prepared.good,
-            bad=prepared.bad,
-            submodule_path=settings.submodule_path,
+            prepared.inputs,
             verify=settings.verify,
-            simpler_states=_simpler_states(prepared.exporter, settings.submodule_path),
-            merge_base=_merge_base(prepared.exporter, settings.submodule_path),
-            simpler_subject=_simpler_subject(prepared.exporter, settings.submodule_path),
             events=events,
         )
         try:
@@ -264,17 +284,8 @@ def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
     history = History(Path(inputs.pypto_repo))
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
-    session = Session(
-        history,
-        _LedgerOnly(),
-        document.find,
-        good=inputs.good,
-        bad=inputs.bad,
-        submodule_path=inputs.submodule_path,
-        verify=settings.verify if settings is not None else True,
-        simpler_states=_simpler_states(exporter, inputs.submodule_path),
-        merge_base=_merge_base(exporter, inputs.submodule_path),
-    )
+    verify = settings.verify if settings is not None else True
+    session = _session(history, exporter, _LedgerOnly(), document.find, inputs, verify=verify)
     failure = None
     try:
         outcome = session.run()
