@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 from rich.console import Console
@@ -11,8 +10,8 @@ from rich.markup import escape
 from rich.text import Text
 
 from runner.ledger import Attempt, Level
+from runner.verdict import clean_output
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
 
 
@@ -80,7 +79,7 @@ class ConsoleProgress:
 
     def echo(self, line: str) -> None:
         """A build or run log line (--verbose), without the colour codes tools put in logs."""
-        self.console.print(Text(ANSI.sub("", line.rstrip("\n")), style="dim"))
+        self.console.print(Text(clean_output(line).rstrip("\n"), style="dim"))
 
 
 class _Status:
