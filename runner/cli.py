@@ -17,7 +17,7 @@ from typer.main import get_command
 
 from runner import __version__
 from runner.config import load_settings
-from runner.errors import BisectError, InfrastructureError
+from runner.errors import BadInput, BisectError, InfrastructureError
 
 ERR = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 OUT = Console(highlight=False, soft_wrap=True, markup=False)
@@ -248,9 +248,6 @@ def run(
 
 
 def _print_summary(report: dict, md_path: Path) -> None:
-    from runner.report import REPORT_SCHEMA_VERSION
-
-    assert report["schema_version"] == REPORT_SCHEMA_VERSION
     source = report["source"]
     pypto = report["pypto"]
     OUT.print(f"regression source: {source}")
@@ -425,13 +422,10 @@ def _size(text: str) -> int:
     try:
         return int(float(number) * units[unit])
     except ValueError:
-        from runner.errors import BadInput
-
         raise BadInput(f"--max-size {text}: give a size such as 500M or 20G") from None
 
 
 def _cache(cache_dir: Path | None):
-    from runner.config import load_settings
     from runner.wheels import WheelCache
 
     settings = load_settings({"cache_dir": cache_dir})
