@@ -253,8 +253,10 @@ def _commit_block(
     return [*lines, ""]
 
 
-def build_markdown(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> str:
-    data = build_json(doc, outcome, facts)
+def build_markdown(
+    doc: LedgerDocument, outcome: Outcome, facts: ReportFacts, data: dict[str, Any]
+) -> str:
+    """The human report; `data` is `build_json`'s result for the same inputs."""
     lines = ["# Precision bisect report", "", _headline(outcome, facts), ""]
     lines += [f"- regression source: **{outcome.source}**", f"- exit code: {outcome.exit_code}"]
     inputs = doc.inputs
@@ -364,15 +366,17 @@ def build_markdown(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) ->
 
 def write_reports(
     workdir: Path, doc: LedgerDocument, outcome: Outcome, facts: ReportFacts
-) -> tuple[Path, Path]:
+) -> tuple[Path, Path, dict[str, Any]]:
+    """Write report.json and report.md; return their paths and the report.json data."""
     workdir.mkdir(parents=True, exist_ok=True)
     json_path = workdir / "report.json"
     md_path = workdir / "report.md"
+    data = build_json(doc, outcome, facts)
     for path, text in (
-        (json_path, json.dumps(build_json(doc, outcome, facts), indent=2) + "\n"),
-        (md_path, build_markdown(doc, outcome, facts)),
+        (json_path, json.dumps(data, indent=2) + "\n"),
+        (md_path, build_markdown(doc, outcome, facts, data)),
     ):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    return json_path, md_path
+    return json_path, md_path, data

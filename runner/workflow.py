@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shlex
 import time
@@ -374,8 +373,8 @@ def _write(
     wall_s: float | None,
 ) -> RunResult:
     facts = gather_facts(doc, outcome, history, exporter, workdir, wall_s)
-    json_path, md_path = write_reports(workdir, doc, outcome, facts)
-    return RunResult(outcome, json_path, md_path, json.loads(json_path.read_text()))
+    json_path, md_path, data = write_reports(workdir, doc, outcome, facts)
+    return RunResult(outcome, json_path, md_path, data)
 
 
 def reproduce(workdir: Path, run_id: str, echo: Callable[[str], None] | None = None) -> tuple:
