@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -300,16 +300,32 @@ def run_example(
     )
     if result.timed_out:
         # The kill skipped the wrapper's chown: hand the files over in a short second container.
-        chown = ContainerSpec(
-            image=run.image,
-            command=["chown", "-R", _artifact_owner(run), RUN_MOUNT],
-            mounts=[m for m in spec.mounts if m.container == RUN_MOUNT],
-            labels={KIND_LABEL: "chown"},
-        )
-        run_container(
-            client, chown, log_path=run.artifacts_dir / "chown-log.txt", timeout=_GRACE_SECONDS * 6
+        hand_back(
+            client, spec, (RUN_MOUNT,), _artifact_owner(run), run.artifacts_dir / "chown-log.txt"
         )
     return result
+
+
+def hand_back(
+    client: docker.DockerClient,
+    killed: ContainerSpec,
+    paths: Sequence[str],
+    owner: str,
+    log_path: Path,
+    timeout: float = _GRACE_SECONDS * 6,
+) -> None:
+    """Give `owner` ("uid:gid") the files a killed container left in its mounts at `paths`.
+
+    A killed container never reaches its own chown, and a non-root caller cannot delete the
+    root-owned files it wrote; the image it ran has `chown`, so a short second one does it.
+    """
+    chown = ContainerSpec(
+        image=killed.image,
+        command=["chown", "-R", owner, *paths],
+        mounts=[m for m in killed.mounts if m.container in paths],
+        labels={KIND_LABEL: "chown"},
+    )
+    run_container(client, chown, log_path=log_path, timeout=timeout)
 
 
 def _artifact_owner(run: ExampleRun) -> str:

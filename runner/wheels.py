@@ -27,7 +27,7 @@ import docker
 from filelock import FileLock, Timeout
 
 from runner.errors import InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, run_container
+from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, hand_back, run_container
 
 DEFAULT_BUILD_COMMAND = "python3 -m pip wheel --no-deps --no-build-isolation --no-index -w /out ."
 
@@ -373,21 +373,6 @@ def _caller_owner() -> tuple[int, int] | None:
     return os.getuid(), os.getgid()
 
 
-def _hand_back(client: docker.DockerClient, spec: ContainerSpec, log_path: Path) -> None:
-    """A killed builder skipped its chown trap; without this a non-root caller could not delete
-    the root-owned files it left in /out and /ccache."""
-    owner = _caller_owner()
-    if owner is None:
-        return
-    chown = ContainerSpec(
-        image=spec.image,
-        command=["chown", "-R", f"{owner[0]}:{owner[1]}", "/out", "/ccache"],
-        mounts=[m for m in spec.mounts if m.container in ("/out", "/ccache")],
-        labels={KIND_LABEL: "chown"},
-    )
-    run_container(client, chown, log_path=log_path, timeout=120)
-
-
 def builder_spec(
     package: str,
     commit: str,
@@ -512,7 +497,11 @@ def _build(
     killed = result.exit_code == 137  # SIGKILL: the kernel's OOM killer outside a memory limit
     if result.timed_out or result.oom_killed or killed:
         # Says nothing about the commit: keep the log outside the cache and let a later run retry.
-        _hand_back(client, spec, work / "chown.log")
+        owner = _caller_owner()
+        if owner is not None:  # root needs no hand-back
+            hand_back(
+                client, spec, ("/out", "/ccache"), f"{owner[0]}:{owner[1]}", work / "chown.log"
+            )
         cache.failed_log_dir.mkdir(parents=True, exist_ok=True)
         kept_log = cache.failed_log_dir / f"{key}.log"
         shutil.copyfile(log_path, kept_log)
