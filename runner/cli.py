@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import traceback
@@ -112,78 +113,210 @@ def main(
 
 WorkdirOpt = Annotated[
     Path | None,
-    typer.Option(help="Holds ledger.json, runs/, report.md, report.json [./bisect-precision]."),
+    typer.Option(
+        metavar="DIR", help="Holds ledger.json, runs/, report.md, report.json [./bisect-precision]."
+    ),
 ]
 CacheOpt = Annotated[
     Path | None,
     typer.Option(
-        help="Wheel cache and source mirrors [$BISECT_PRECISION_CACHE or the user cache dir]."
+        metavar="DIR",
+        help="Wheel cache and source mirrors [$BISECT_PRECISION_CACHE or the user cache dir].",
     ),
 ]
 ConfigOpt = Annotated[
-    Path | None, typer.Option(help="Config file [./bisect-precision.toml when present].")
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="Config file [$BISECT_PRECISION_CONFIG, else ./bisect-precision.toml when present].",
+    ),
 ]
+SessionOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NAME",
+        help="An earlier session: a backup ledger's name or timestamp (see `status --sessions`).",
+    ),
+]
+
+
+def _pairs(values: list[str] | None, flag: str, shape: str) -> dict[str, str] | None:
+    """Repeated NAME=VALUE flags as a dict; a malformed one is a one-line error."""
+    if not values:
+        return None
+    result: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"{flag} {item!r}: give {shape}")
+        result[key.strip()] = value
+    return result
+
+
+def _pins(values: list[str] | None) -> list[Any] | None:
+    if not values:
+        return None
+    pins = []
+    for item in values:
+        try:
+            pins.append(json.loads(item))
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"--build-pin {item!r}: not a JSON table ({exc.msg})") from None
+    return pins
 
 
 @app.command()
 def run(
-    pypto: Annotated[Path | None, typer.Option(help="The pypto checkout (only read).")] = None,
+    pypto: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="The pypto checkout (only read).")
+    ] = None,
     lib: Annotated[
-        Path | None, typer.Option(help="The pypto-lib checkout with the example (only read).")
+        Path | None,
+        typer.Option(metavar="DIR", help="The pypto-lib checkout with the example (only read)."),
     ] = None,
     simpler: Annotated[
         Path | None,
-        typer.Option(help="A simpler clone with commits the checkout's submodule lacks (read)."),
+        typer.Option(
+            metavar="DIR",
+            help="A simpler clone with commits the checkout's submodule lacks (read); "
+            "shorthand for --submodule-source runtime=DIR.",
+        ),
     ] = None,
-    script: Annotated[str | None, typer.Option(help="The example, relative to --lib.")] = None,
+    script: Annotated[
+        str | None, typer.Option(metavar="PATH", help="The example, relative to --lib.")
+    ] = None,
     good: Annotated[
-        str | None, typer.Option(help="Known-good pypto revision (config: known_good).")
+        str | None,
+        typer.Option(metavar="REV", help="Known-good pypto revision (config: known_good)."),
     ] = None,
-    bad: Annotated[str | None, typer.Option(help="Known-bad revision [HEAD of --pypto].")] = None,
+    bad: Annotated[
+        str | None, typer.Option(metavar="REV", help="Known-bad revision [HEAD of --pypto].")
+    ] = None,
     platform: Annotated[
-        str | None, typer.Option(help="a2a3, a5 (NPU) or a2a3sim, a5sim [a2a3].")
+        str | None,
+        typer.Option(metavar="PLATFORM", help="a2a3, a5 (NPU) or a2a3sim, a5sim [a2a3]."),
     ] = None,
     device: Annotated[
-        str | None, typer.Option(help="NPU card number, or a comma list [0].")
+        str | None, typer.Option(metavar="N[,N...]", help="NPU card number, or a comma list [0].")
     ] = None,
     base_image: Annotated[
-        str | None, typer.Option(help="CANN-based image to build and run in.")
+        str | None, typer.Option(metavar="IMAGE", help="CANN-based image to build and run in.")
     ] = None,
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
     submodule_path: Annotated[
-        str | None, typer.Option(help="Path of the simpler gitlink [runtime].")
+        str | None, typer.Option(metavar="PATH", help="Path of the simpler gitlink [runtime].")
     ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Seconds per example run [1800].")] = None,
+    submodule_source: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PATH=DIR",
+            help="A clone holding commits the checkout's submodule at PATH lacks (repeatable).",
+        ),
+    ] = None,
+    omit_submodule: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="PATH", help="Leave this submodule out of source exports (repeatable)."
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(metavar="SECONDS", help="Seconds per example run [1800].")
+    ] = None,
     build_timeout: Annotated[
-        float | None, typer.Option(help="Seconds per wheel build [3600].")
+        float | None, typer.Option(metavar="SECONDS", help="Seconds per wheel build [3600].")
+    ] = None,
+    infra_retries: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Consecutive infrastructure failures tolerated before stopping with exit 4 [3].",
+        ),
     ] = None,
     device_mode: Annotated[
-        str | None, typer.Option(help="explicit (default), privileged or ascend-runtime.")
+        str | None,
+        typer.Option(metavar="MODE", help="explicit (default), privileged or ascend-runtime."),
     ] = None,
     device_map: Annotated[
         list[str] | None,
-        typer.Option(help="HOST:CONTAINER device to pass instead of the NPU set (repeatable)."),
+        typer.Option(
+            metavar="HOST:CONTAINER",
+            help="Device to pass instead of the NPU set (repeatable).",
+        ),
     ] = None,
     build_network: Annotated[
-        bool | None, typer.Option("--build-network", help="Allow network during builds.")
+        bool | None,
+        typer.Option("--build-network/--no-build-network", help="Allow network during builds."),
+    ] = None,
+    build_command: Annotated[
+        str | None, typer.Option(metavar="CMD", help="Builds a wheel into /out from the source.")
+    ] = None,
+    build_env: Annotated[
+        list[str] | None,
+        typer.Option(metavar="KEY=VALUE", help="Environment of the builds (repeatable)."),
+    ] = None,
+    build_pin: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="JSON",
+            help='Build tools for some commits, e.g. \'{"requirements": '
+            '["scikit-build-core==0.12.2"], "until": "2026-03-01"}\' (repeatable).',
+        ),
+    ] = None,
+    resolve_by_date: Annotated[
+        bool | None,
+        typer.Option(
+            "--resolve-by-date/--no-resolve-by-date",
+            help="Pick build tools released before each commit's date [on].",
+        ),
+    ] = None,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Wheels to provision build environments offline."),
+    ] = None,
+    run_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="Environment of the example runs (repeatable; KEY= removes a default).",
+        ),
     ] = None,
     pto_isa_root: Annotated[
-        Path | None, typer.Option(help="pto-isa checkout mounted read-only for builds and runs.")
+        Path | None,
+        typer.Option(metavar="DIR", help="pto-isa checkout mounted read-only for builds and runs."),
     ] = None,
     ptoas_root: Annotated[
-        Path | None, typer.Option(help="ptoas install mounted read-only for runs.")
+        Path | None, typer.Option(metavar="DIR", help="ptoas install mounted read-only for runs.")
     ] = None,
     ascend_home_path: Annotated[
-        str | None, typer.Option(help="ASCEND_HOME_PATH inside the containers.")
+        str | None, typer.Option(metavar="PATH", help="ASCEND_HOME_PATH inside the containers.")
     ] = None,
-    cpus: Annotated[float | None, typer.Option(help="CPU limit per container.")] = None,
+    python: Annotated[
+        str | None, typer.Option(metavar="PYTHON", help="Python in the image [python3].")
+    ] = None,
+    cpus: Annotated[
+        float | None, typer.Option(metavar="CPUS", help="CPU limit per container.")
+    ] = None,
     extra_arg: Annotated[
-        list[str] | None, typer.Option(help="Extra argument for the example (repeatable).")
+        list[str] | None,
+        typer.Option(metavar="ARG", help="Extra argument for the example (repeatable)."),
+    ] = None,
+    verdict_good: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="REGEX", help="Regex marking a pass (repeatable; replaces the defaults)."
+        ),
+    ] = None,
+    verdict_bad: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="REGEX",
+            help="Regex marking a precision failure (repeatable; replaces the defaults).",
+        ),
     ] = None,
     config: ConfigOpt = None,
     new_session: Annotated[
-        bool, typer.Option(help="Start over; the old ledger is kept as a backup.")
+        bool, typer.Option(help="Start over; the old ledger and its runs are kept.")
     ] = False,
     json_out: Annotated[
         bool, typer.Option("--json", help="Quiet; print report.json to stdout.")
@@ -200,6 +333,7 @@ def run(
     from runner.progress import ConsoleProgress
     from runner.workflow import run_bisect
 
+    verdict = {"good": verdict_good or None, "bad": verdict_bad or None}
     flags = {
         "pypto": pypto,
         "simpler": simpler,
@@ -213,21 +347,32 @@ def run(
         "workdir": workdir,
         "cache_dir": cache_dir,
         "submodule_path": submodule_path,
+        "omit_submodules": omit_submodule or None,
         "timeout": timeout,
         "build_timeout": build_timeout,
+        "infra_retries": infra_retries,
         "device_mode": device_mode,
         "device_map": device_map or None,
         "build_network": build_network,
+        "build_command": build_command,
+        "resolve_by_date": resolve_by_date,
+        "wheelhouse": wheelhouse,
         "pto_isa_root": pto_isa_root,
         "ptoas_root": ptoas_root,
         "ascend_home_path": ascend_home_path,
+        "python": python,
         "cpus": cpus,
         "extra_args": extra_arg or None,
+        "verdict": {k: v for k, v in verdict.items() if v} or None,
         "verify": verify,
     }
     hint = "nothing recorded is lost; rerun the same command to resume"
     _interrupt_on_sigterm()
     with guarded(hint):
+        flags["submodule_sources"] = _pairs(submodule_source, "--submodule-source", "PATH=DIR")
+        flags["build_env"] = _pairs(build_env, "--build-env", "KEY=VALUE")
+        flags["run_env"] = _pairs(run_env, "--run-env", "KEY=VALUE")
+        flags["build_pins"] = _pins(build_pin)
         settings = load_settings(flags, config)
         quiet = json_out
         console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)

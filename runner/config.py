@@ -1,21 +1,44 @@
-"""Settings from flags, the config file and the environment, in that order of precedence.
+"""Settings from flags, `BISECT_PRECISION_*` environment variables and the config file, in that
+order of precedence.
 
-Every flag of `run` has a key in `bisect-precision.toml` (the working directory's, or `--config`),
-so a team can keep the slow-changing choices (base image, device mode, known-good commit) in a file
-next to the workdir and pass only what changes on the command line.
+Every setting can come from any of the three, so a team keeps the slow-changing choices (base
+image, device mode, known-good commit, build pins) in `bisect-precision.toml` next to the workdir,
+a CI job overrides one through its environment, and a user passes only what changes on the
+command line. pydantic-settings does the layering and the type checks; this module adds what it
+cannot know: paths in the file are relative to the file, `good` is a short name for `known_good`,
+and an error names where the bad value came from (a flag, a variable, or the file and its key).
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
+import re
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from runner.errors import BadInput
 
@@ -25,10 +48,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 CONFIG_NAME = "bisect-precision.toml"
-# Paths in the config file are relative to the file, not to where the command runs.
-PATH_KEYS = {"pypto", "simpler", "lib", "workdir", "cache_dir", "ptoas_root", "pto_isa_root"}
 ENV_PREFIX = "BISECT_PRECISION_"
 CACHE_ENV = "BISECT_PRECISION_CACHE"
+CONFIG_ENV = "BISECT_PRECISION_CONFIG"
 DEFAULT_BASE_IMAGE = "quay.io/ascend/cann:9.0.0-910b-ubuntu22.04-py3.12"
 DEFAULT_RUN_ENV = {
     "PTO2_RING_DEP_POOL": "16384",
@@ -37,47 +59,219 @@ DEFAULT_RUN_ENV = {
 }
 DEFAULT_BUILD_COMMAND = "python3 -m pip wheel --no-deps --no-build-isolation --no-index -w /out ."
 
+FLAG_NAMES = {
+    "known_good": "--good",
+    "device_map": "--device-map",
+    "extra_args": "--extra-arg",
+    "submodule_sources": "--submodule-source",
+    "omit_submodules": "--omit-submodule",
+    "build_pins": "--build-pin",
+    "build_env": "--build-env",
+    "run_env": "--run-env",
+    "verdict": "--verdict-good/--verdict-bad",
+}
+"""Flags whose name is not the setting's name with dashes (lists take one item per flag)."""
+
+_HEX = re.compile(r"^[0-9a-f]{4,64}$")
+
 
 class VerdictConfig(BaseModel):
+    """Extra output patterns (regular expressions) that make a run good or bad."""
+
     model_config = ConfigDict(extra="forbid")
 
     good: list[str] | None = None
     bad: list[str] | None = None
 
 
-class Settings(BaseModel):
+class BuildPin(BaseModel):
+    """Build tools to install for some commits, because newer tools break older commits.
+
+    A pin applies to a commit of `package` (both when unset) whose SHA starts with one of
+    `commits`, or whose commit date lies in `since`..`until` (inclusive); a pin with neither
+    applies to every commit.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    requirements: list[str] = Field(min_length=1)
+    package: Literal["pypto", "simpler"] | None = None
+    since: date | None = None
+    until: date | None = None
+    commits: list[str] = Field(default_factory=list)
+
+    @field_validator("requirements")
+    @classmethod
+    def _pep508(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                Requirement(text)
+            except InvalidRequirement as exc:
+                first = str(exc).splitlines()[0]
+                raise ValueError(
+                    f"{text!r} is not a PEP 508 requirement such as "
+                    f"'scikit-build-core==0.12.2' ({first})"
+                ) from None
+        return value
+
+    @field_validator("commits")
+    @classmethod
+    def _shas(cls, value: list[str]) -> list[str]:
+        for sha in value:
+            if not _HEX.match(sha):
+                raise ValueError(f"{sha!r} is not a commit SHA or a prefix of 4 or more hex digits")
+        return value
+
+    @model_validator(mode="after")
+    def _range(self) -> BuildPin:
+        if self.since and self.until and self.since > self.until:
+            raise ValueError(f"since {self.since} is after until {self.until}")
+        return self
+
+    def applies(self, package: str, commit: str, committed: date) -> bool:
+        if self.package is not None and self.package != package:
+            return False
+        if any(commit.startswith(prefix) for prefix in self.commits):
+            return True
+        dated = self.since is not None or self.until is not None
+        if dated:
+            return (self.since is None or self.since <= committed) and (
+                self.until is None or committed <= self.until
+            )
+        return not self.commits
+
+
+_CONFIG_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "bisect_precision_config_file", default=None
+)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file (the lowest layer): `--config`, else $BISECT_PRECISION_CONFIG, else
+    ./bisect-precision.toml when present."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ reads the whole file at once
+
+    def __call__(self) -> dict[str, Any]:
+        return read_config_file(config_file_path(_CONFIG_FILE.get()))
+
+
+class Settings(BaseSettings):
     """Everything a bisect needs; the CLI makes paths absolute before a session starts."""
 
-    pypto: Path | None = None
-    simpler: Path | None = None  # another simpler clone, for objects the pypto checkout lacks
-    lib: Path | None = None
-    script: str | None = None
-    known_good: str | None = Field(default=None, alias="good")
-    bad: str | None = None
-    platform: str = "a2a3"
-    device: str = "0"
-    base_image: str = DEFAULT_BASE_IMAGE
-    workdir: Path = Path("bisect-precision")
-    cache_dir: Path | None = None
-    submodule_path: str = "runtime"
-    timeout: float = 1800.0
-    build_timeout: float = 3600.0
-    device_mode: Literal["explicit", "privileged", "ascend-runtime"] = "explicit"
-    device_map: list[str] = Field(default_factory=list)
-    build_network: bool = False
-    build_command: str = DEFAULT_BUILD_COMMAND
-    build_env: dict[str, str] = Field(default_factory=dict)
-    run_env: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_RUN_ENV))
-    ascend_home_path: str | None = None
-    ptoas_root: Path | None = None
-    pto_isa_root: Path | None = None
-    extra_args: list[str] = Field(default_factory=list)
-    python: str = "python3"
-    cpus: float | None = None
-    verify: bool = True
-    verdict: VerdictConfig = Field(default_factory=VerdictConfig)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        case_sensitive=False,
+        extra="forbid",
+        validate_default=True,
+    )
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    pypto: Path | None = Field(default=None, description="The pypto checkout (only read).")
+    simpler: Path | None = Field(
+        default=None,
+        description="A simpler clone with commits the checkout's submodule lacks; shorthand "
+        "for a `submodule_sources` entry at `submodule_path`.",
+    )
+    lib: Path | None = Field(
+        default=None, description="The pypto-lib checkout with the example (only read)."
+    )
+    script: str | None = Field(default=None, description="The example, relative to `lib`.")
+    known_good: str | None = Field(
+        default=None, description="Known-good pypto revision (`good` in the file works too)."
+    )
+    bad: str | None = Field(default=None, description="Known-bad revision [HEAD of `pypto`].")
+    platform: str = Field(default="a2a3", description="a2a3, a5 (NPU) or a2a3sim, a5sim.")
+    device: str = Field(default="0", description="NPU card number, or a comma list of them.")
+    base_image: str = Field(
+        default=DEFAULT_BASE_IMAGE, description="CANN-based image to build and run in."
+    )
+    workdir: Path = Field(
+        default=Path("bisect-precision"),
+        description="Holds ledger.json, runs/, report.md and report.json.",
+    )
+    cache_dir: Path | None = Field(
+        default=None,
+        description=f"Wheel cache and source mirrors [${CACHE_ENV} or the user cache dir].",
+    )
+    submodule_path: str = Field(default="runtime", description="Path of the simpler gitlink.")
+    submodule_sources: dict[str, Path] = Field(
+        default_factory=dict,
+        description="Submodule path to a clone holding commits the checkout lacks.",
+    )
+    omit_submodules: list[str] = Field(
+        default_factory=list,
+        description="Submodule paths left out of source exports (their pinned commit is "
+        "unavailable and the build does not need them).",
+    )
+    timeout: float = Field(default=1800.0, description="Seconds per example run.")
+    build_timeout: float = Field(default=3600.0, description="Seconds per wheel build.")
+    infra_retries: int = Field(
+        default=3,
+        description="Consecutive infrastructure failures tolerated before a run stops (exit 4).",
+    )
+    device_mode: Literal["explicit", "privileged", "ascend-runtime"] = Field(
+        default="explicit", description="How NPUs reach the containers."
+    )
+    device_map: list[str] = Field(
+        default_factory=list,
+        description="HOST:CONTAINER devices to pass instead of the NPU set.",
+    )
+    build_network: bool = Field(default=False, description="Allow network during builds.")
+    build_command: str = Field(
+        default=DEFAULT_BUILD_COMMAND, description="Builds a wheel into /out from the source."
+    )
+    build_env: dict[str, str] = Field(
+        default_factory=dict, description="Environment of the build containers."
+    )
+    build_pins: list[BuildPin] = Field(
+        default_factory=list,
+        description="Build tools per commit range (see [[build_pins]] below).",
+    )
+    resolve_by_date: bool = Field(
+        default=True,
+        description="Pick build tools released before each commit's date, where the index "
+        "says when.",
+    )
+    wheelhouse: Path | None = Field(
+        default=None,
+        description="A directory of wheels to provision build environments offline.",
+    )
+    run_env: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_RUN_ENV),
+        description="Environment of the example runs, over pypto CI's PTO2_RING_* sizes "
+        "(an empty value removes one).",
+    )
+    ascend_home_path: str | None = Field(
+        default=None, description="ASCEND_HOME_PATH inside the containers."
+    )
+    ptoas_root: Path | None = Field(
+        default=None, description="ptoas install mounted read-only for runs."
+    )
+    pto_isa_root: Path | None = Field(
+        default=None, description="pto-isa checkout mounted read-only for builds and runs."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="Extra arguments for the example."
+    )
+    python: str = Field(default="python3", description="Python in the image.")
+    cpus: float | None = Field(default=None, description="CPU limit per container.")
+    verify: bool = Field(default=True, description="Check that good is good and bad is bad first.")
+    verdict: VerdictConfig = Field(
+        default_factory=VerdictConfig,
+        description="Extra regular expressions that make an output good or bad.",
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls))
 
     @field_validator("platform")
     @classmethod
@@ -86,13 +280,22 @@ class Settings(BaseModel):
             raise ValueError("platform must be a word such as a2a3, a5, a2a3sim or a5sim")
         return value
 
-    @field_validator("device")
+    @field_validator("device", mode="before")
     @classmethod
-    def _device(cls, value: str) -> str:
+    def _device(cls, value: Any) -> str:
         parts = [p.strip() for p in str(value).split(",")]
         if not all(p.isdigit() for p in parts):
             raise ValueError(f"device must be a card number or a comma list of them, not {value!r}")
         return ",".join(parts)
+
+    @field_validator("device_map")
+    @classmethod
+    def _device_map(cls, value: list[str]) -> list[str]:
+        for item in value:
+            host, sep, container = item.partition(":")
+            if not host or (sep and not container):
+                raise ValueError(f"{item!r} is not HOST[:CONTAINER], e.g. /dev/null:/dev/davinci0")
+        return value
 
     @field_validator("run_env")
     @classmethod
@@ -108,16 +311,45 @@ class Settings(BaseModel):
             raise ValueError("timeouts must be positive seconds")
         return value
 
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("cpus must be a positive number of CPUs")
+        return value
+
+    @field_validator("infra_retries")
+    @classmethod
+    def _retries(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("infra_retries must be 1 or more")
+        return value
+
+    @field_validator("submodule_sources")
+    @classmethod
+    def _sources(cls, value: dict[str, Path]) -> dict[str, Path]:
+        for path in value:
+            if not path or path.startswith("/") or ".." in Path(path).parts:
+                raise ValueError(f"{path!r} is not a submodule path inside the checkout")
+        return value
+
     @property
     def devices(self) -> list[str]:
         return self.device.split(",")
+
+    def submodule_repos(self) -> dict[str, Path]:
+        """Submodule path -> clone to take objects from; `simpler` stands for the runtime's."""
+        repos = dict(self.submodule_sources)
+        if self.simpler is not None:
+            repos.setdefault(self.submodule_path, self.simpler)
+        return repos
 
     def cache_root(self) -> Path:
         return default_cache_dir() if self.cache_dir is None else self.cache_dir.expanduser()
 
     def run_digest(self) -> str:
         """What can change a verdict besides the commits: the ledger refuses to mix two of these."""
-        keys = {
+        keys: dict[str, Any] = {
             "build_command": self.build_command,
             "build_env": self.build_env,
             "build_network": self.build_network,
@@ -129,8 +361,21 @@ class Settings(BaseModel):
             "device_mode": self.device_mode,
             "verdict": self.verdict.model_dump(),
         }
+        # Newer keys join only when set, so ledgers of earlier versions keep their digest.
+        if self.build_pins:
+            keys["build_pins"] = [pin.model_dump(mode="json") for pin in self.build_pins]
+        if not self.resolve_by_date:
+            keys["resolve_by_date"] = False
+        if self.omit_submodules:
+            keys["omit_submodules"] = sorted(self.omit_submodules)
         blob = json.dumps(keys, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+PATH_KEYS = {
+    name for name, field in Settings.model_fields.items() if field.annotation in (Path, Path | None)
+}
+"""Paths in the config file are relative to the file, not to where the command runs."""
 
 
 def default_cache_dir() -> Path:
@@ -140,57 +385,108 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("bisect-precision-docker"))
 
 
-def read_config_file(path: Path | None) -> dict[str, Any]:
-    """The config file as a dict; a named file must exist, the default one may be absent."""
-    explicit = path is not None
-    path = path if path is not None else Path.cwd() / CONFIG_NAME
-    if not path.exists():
-        if explicit:
+def config_file_path(path: Path | None) -> Path | None:
+    """The file to read: the named one (which must exist), else the working directory's."""
+    if path is None and os.environ.get(CONFIG_ENV):
+        path = Path(os.environ[CONFIG_ENV])
+    if path is not None:
+        if not path.exists():
             raise BadInput(f"config file {path} does not exist")
+        return path
+    default = Path.cwd() / CONFIG_NAME
+    return default if default.exists() else None
+
+
+def read_config_file(path: Path | None) -> dict[str, Any]:
+    """The config file as a dict of settings, its relative paths made relative to the file."""
+    if path is None:
         return {}
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"config file {path} is not valid TOML: {exc}") from exc
     data = {key.replace("-", "_"): value for key, value in data.items()}
+    if "good" in data:
+        data.setdefault("known_good", data.pop("good"))
+    base = path.parent
     for key in PATH_KEYS & data.keys():
         if isinstance(data[key], str):
-            data[key] = str(path.parent / Path(data[key]).expanduser())
+            data[key] = str(base / Path(data[key]).expanduser())
+    sources = data.get("submodule_sources")
+    if isinstance(sources, dict):
+        data["submodule_sources"] = {
+            sub: str(base / Path(value).expanduser()) if isinstance(value, str) else value
+            for sub, value in sources.items()
+        }
     return data
 
 
-def environment_overrides(environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """BISECT_PRECISION_<KEY> for scalar settings (the cache variable is handled on its own)."""
-    environ = dict(os.environ) if environ is None else environ
-    scalar = {
-        name
-        for name, field in Settings.model_fields.items()
-        if field.annotation in (str, float, bool, Path, str | None, Path | None, float | None)
+def _env_name(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def _env_values() -> dict[str, str]:
+    """This process's BISECT_PRECISION_<SETTING> variables, by setting name."""
+    upper = {key.upper(): value for key, value in os.environ.items()}
+    return {
+        name: upper[_env_name(name)] for name in Settings.model_fields if _env_name(name) in upper
     }
-    result: dict[str, Any] = {}
-    for key, value in environ.items():
-        if not key.startswith(ENV_PREFIX) or key == CACHE_ENV:
+
+
+def _check_env_json() -> None:
+    """Lists and tables in the environment are JSON: name the variable when one is not."""
+    source = EnvSettingsSource(Settings)
+    for name, text in _env_values().items():
+        field = Settings.model_fields[name]
+        if not source.field_is_complex(field):
             continue
-        name = key[len(ENV_PREFIX) :].lower()
-        if name in scalar:
-            result[name] = value
-    return result
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadInput(
+                f"{_env_name(name)}: not valid JSON ({exc.msg} at character {exc.pos}); lists "
+                'and tables are JSON in the environment, e.g. \'["a", "b"]\' or \'{"KEY": "v"}\''
+            ) from None
+
+
+def flag_name(field: str) -> str:
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+
+
+def _where(loc: tuple, flags: dict[str, Any], env: dict[str, str], file: Path | None) -> str:
+    """Name the source of the value at `loc`: the flag, the variable, or the file and key."""
+    name = str(loc[0]) if loc else ""
+    key = ".".join(str(part) for part in loc) or "settings"
+    if name in flags:
+        return flag_name(name) if len(loc) == 1 else f"{flag_name(name)} ({key})"
+    if name in env:
+        return _env_name(name) if len(loc) == 1 else f"{_env_name(name)} ({key})"
+    if file is not None:
+        return f"{file}: {key}"
+    return key
 
 
 def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Settings:
     """Merge defaults < config file < environment < flags (flags whose value is None are unset)."""
-    merged: dict[str, Any] = {}
-    merged.update(read_config_file(config_path))
-    merged.update(environment_overrides())
-    merged.update({key: value for key, value in flags.items() if value is not None})
-    if "good" in merged:
-        merged.setdefault("known_good", merged.pop("good"))
+    given = {key: value for key, value in flags.items() if value is not None}
+    if "good" in given:
+        given.setdefault("known_good", given.pop("good"))
+    unknown = sorted(set(given) - set(Settings.model_fields))
+    if unknown:
+        raise BadInput(f"unknown setting {unknown[0]!r}")
+    file = config_file_path(config_path)
+    _check_env_json()
+    token = _CONFIG_FILE.set(file)
     try:
-        return Settings.model_validate(merged)
+        return Settings(**given)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        where = _where(tuple(first["loc"]), given, _env_values(), file)
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
-            message = "unknown setting (check the spelling in the config file)"
+            message = "unknown setting (check the spelling; see docs/config.md)"
         raise BadInput(f"{where}: {message}") from exc
+    except SettingsError as exc:
+        raise BadInput(f"settings: {str(exc).splitlines()[0]}") from exc
+    finally:
+        _CONFIG_FILE.reset(token)

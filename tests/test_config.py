@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import pytest
 
-from runner.config import load_settings
+from runner.config import DEFAULT_RUN_ENV, BuildPin, Settings, VerdictConfig, load_settings
 from runner.errors import BadInput
 
 
@@ -92,3 +93,208 @@ def test_run_environment_keeps_the_ring_defaults_unless_overridden_or_emptied(tm
     assert env["PTO2_RING_TASK_WINDOW"] == "16384"
     assert "PTO2_RING_DEP_POOL" not in env
     assert env["X"] == "1"
+
+
+# One value per setting, as the environment, the config file and the model see it. A new setting
+# without a row fails `test_every_setting_has_a_row`: each must be settable in all three places.
+ROWS: dict[str, tuple[str, str, object]] = {
+    "pypto": ("/src/pypto", 'pypto = "/src/pypto"', Path("/src/pypto")),
+    "simpler": ("/src/simpler", 'simpler = "/src/simpler"', Path("/src/simpler")),
+    "lib": ("/src/lib", 'lib = "/src/lib"', Path("/src/lib")),
+    "script": ("models/x.py", 'script = "models/x.py"', "models/x.py"),
+    "known_good": ("v1.0", 'known_good = "v1.0"', "v1.0"),
+    "bad": ("v2.0", 'bad = "v2.0"', "v2.0"),
+    "platform": ("a5sim", 'platform = "a5sim"', "a5sim"),
+    "device": ("2,3", 'device = "2,3"', "2,3"),
+    "base_image": ("cann:x", 'base_image = "cann:x"', "cann:x"),
+    "workdir": ("/w", 'workdir = "/w"', Path("/w")),
+    "cache_dir": ("/c", 'cache_dir = "/c"', Path("/c")),
+    "submodule_path": ("rt", 'submodule_path = "rt"', "rt"),
+    "submodule_sources": (
+        '{"3rdparty/x": "/m/x"}',
+        '[submodule_sources]\n"3rdparty/x" = "/m/x"',
+        {"3rdparty/x": Path("/m/x")},
+    ),
+    "omit_submodules": ('["3rdparty/a"]', 'omit_submodules = ["3rdparty/a"]', ["3rdparty/a"]),
+    "timeout": ("12.5", "timeout = 12.5", 12.5),
+    "build_timeout": ("99", "build_timeout = 99", 99.0),
+    "infra_retries": ("7", "infra_retries = 7", 7),
+    "device_mode": ("privileged", 'device_mode = "privileged"', "privileged"),
+    "device_map": (
+        '["/dev/null:/dev/x"]',
+        'device_map = ["/dev/null:/dev/x"]',
+        ["/dev/null:/dev/x"],
+    ),
+    "build_network": ("true", "build_network = true", True),
+    "build_command": ("make wheel", 'build_command = "make wheel"', "make wheel"),
+    "build_env": ('{"CC": "clang"}', '[build_env]\nCC = "clang"', {"CC": "clang"}),
+    "build_pins": (
+        '[{"requirements": ["ninja==1.11.1"], "package": "pypto", "until": "2026-03-01"}]',
+        '[[build_pins]]\nrequirements = ["ninja==1.11.1"]\npackage = "pypto"\nuntil = 2026-03-01',
+        [
+            BuildPin(
+                requirements=["ninja==1.11.1"], package="pypto", until=datetime.date(2026, 3, 1)
+            )
+        ],
+    ),
+    "resolve_by_date": ("false", "resolve_by_date = false", False),
+    "wheelhouse": ("/wh", 'wheelhouse = "/wh"', Path("/wh")),
+    "run_env": ('{"PTO2_RING_HEAP": ""}', '[run_env]\nPTO2_RING_HEAP = ""', None),
+    "ascend_home_path": ("/usr/ascend", 'ascend_home_path = "/usr/ascend"', "/usr/ascend"),
+    "ptoas_root": ("/p", 'ptoas_root = "/p"', Path("/p")),
+    "pto_isa_root": ("/i", 'pto_isa_root = "/i"', Path("/i")),
+    "extra_args": ('["--n", "4"]', 'extra_args = ["--n", "4"]', ["--n", "4"]),
+    "python": ("python3.12", 'python = "python3.12"', "python3.12"),
+    "cpus": ("1.5", "cpus = 1.5", 1.5),
+    "verify": ("false", "verify = false", False),
+    "verdict": ('{"bad": ["BOOM"]}', '[verdict]\nbad = ["BOOM"]', VerdictConfig(bad=["BOOM"])),
+}
+
+
+def _expected(name: str, value: object) -> object:
+    if name == "run_env":
+        return {k: v for k, v in DEFAULT_RUN_ENV.items() if k != "PTO2_RING_HEAP"}
+    return value
+
+
+def test_every_setting_has_a_row():
+    assert set(ROWS) == set(Settings.model_fields)
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_setting_can_come_from_the_environment_alone(name, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(f"BISECT_PRECISION_{name.upper()}", ROWS[name][0])
+    settings = load_settings({})
+    assert getattr(settings, name) == _expected(name, ROWS[name][2])
+    default = Settings.model_fields[name].get_default(call_default_factory=True)
+    assert getattr(settings, name) != default
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_setting_can_come_from_the_config_file(name, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(ROWS[name][1] + "\n")
+    assert getattr(load_settings({}, config), name) == _expected(name, ROWS[name][2])
+
+
+def test_a_list_from_the_environment_overrides_the_file_and_a_flag_overrides_both(
+    tmp_path, monkeypatch
+):
+    config = tmp_path / "c.toml"
+    config.write_text('extra_args = ["file"]\ndevice_mode = "ascend-runtime"\n')
+    monkeypatch.setenv("BISECT_PRECISION_EXTRA_ARGS", '["env"]')
+    monkeypatch.setenv("BISECT_PRECISION_DEVICE_MODE", "privileged")
+
+    assert load_settings({}, config).extra_args == ["env"]
+    assert load_settings({}, config).device_mode == "privileged"
+    assert load_settings({"extra_args": ["flag"]}, config).extra_args == ["flag"]
+
+
+def test_the_good_alias_works_in_the_file_and_the_config_file_can_come_from_the_environment(
+    tmp_path, monkeypatch
+):
+    config = tmp_path / "team.toml"
+    config.write_text('good = "v1"\nwheelhouse = "wheels"\n[submodule_sources]\nruntime = "s"\n')
+    monkeypatch.setenv("BISECT_PRECISION_CONFIG", str(config))
+
+    settings = load_settings({})
+
+    assert settings.known_good == "v1"
+    assert settings.wheelhouse == tmp_path / "wheels"
+    assert settings.submodule_sources == {"runtime": tmp_path / "s"}
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "file", "expected"),
+    [
+        ({"BISECT_PRECISION_DEVICE_MODE": "root"}, {}, "", "BISECT_PRECISION_DEVICE_MODE: "),
+        (
+            {"BISECT_PRECISION_DEVICE_MAP": "/dev/x"},
+            {},
+            "",
+            "BISECT_PRECISION_DEVICE_MAP: not valid JSON",
+        ),
+        (
+            {"BISECT_PRECISION_INFRA_RETRIES": "0"},
+            {},
+            "",
+            "BISECT_PRECISION_INFRA_RETRIES: infra_retries must be 1",
+        ),
+        ({}, {"infra_retries": 0}, "", "--infra-retries: "),
+        ({}, {"extra_args": [3]}, "", "--extra-arg (extra_args.0): "),
+        (
+            {},
+            {},
+            "[[build_pins]]\nrequirements = ['not a requirement!']",
+            "c.toml: build_pins.0.requirements: ",
+        ),
+        (
+            {},
+            {},
+            "[[build_pins]]\nrequirements = ['x']\ncommits = ['zz']",
+            "c.toml: build_pins.0.commits: ",
+        ),
+        (
+            {},
+            {},
+            "[[build_pins]]\nrequirements = ['x']\nsince = 2026-02-01\nuntil = 2026-01-01",
+            "since 2026-02-01 is after",
+        ),
+        ({}, {}, "[[build_pins]]\nrequirements = []", "c.toml: build_pins.0.requirements: "),
+        (
+            {},
+            {},
+            "[[build_pins]]\nrequirements = ['x']\npackage = 'ptoas'",
+            "c.toml: build_pins.0.package: ",
+        ),
+        ({}, {}, "[submodule_sources]\n'../up' = 'x'", "c.toml: submodule_sources: "),
+        ({}, {}, "infra_retries = 'many'", "c.toml: infra_retries: "),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_where_it_came_from(
+    tmp_path, monkeypatch, env, flags, file, expected
+):
+    monkeypatch.chdir(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config = tmp_path / "c.toml"
+    config.write_text(file + "\n")
+    with pytest.raises(BadInput) as raised:
+        load_settings(flags, config)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert expected in message.replace(str(tmp_path) + "/", "")
+
+
+@pytest.mark.parametrize(
+    ("pin", "package", "commit", "day", "applies"),
+    [
+        ({}, "pypto", "abc", "2026-01-01", True),
+        ({"package": "simpler"}, "pypto", "abc", "2026-01-01", False),
+        ({"until": "2026-03-01"}, "pypto", "abc", "2026-03-01", True),
+        ({"until": "2026-03-01"}, "pypto", "abc", "2026-03-02", False),
+        ({"since": "2026-03-01"}, "simpler", "abc", "2026-02-28", False),
+        ({"commits": ["abcd"]}, "pypto", "abcdef12", "2020-01-01", True),
+        ({"commits": ["abcd"]}, "pypto", "bcdef123", "2020-01-01", False),
+        ({"commits": ["abcd"], "until": "2020-01-01"}, "pypto", "ffff", "2019-12-31", True),
+    ],
+)
+def test_a_build_pin_applies_by_package_commit_and_inclusive_date_range(
+    pin, package, commit, day, applies
+):
+    model = BuildPin(requirements=["scikit-build-core==0.12.2"], **pin)
+    assert model.applies(package, commit, datetime.date.fromisoformat(day)) is applies
+
+
+def test_simpler_is_shorthand_for_a_submodule_source_at_the_runtime_path():
+    settings = load_settings({"simpler": Path("/s"), "submodule_sources": {"3rdparty/x": "/x"}})
+    assert settings.submodule_repos() == {"runtime": Path("/s"), "3rdparty/x": Path("/x")}
+
+
+def test_new_settings_change_the_run_digest_only_when_set():
+    base = load_settings({})
+    assert base.run_digest() == load_settings({"wheelhouse": Path("/w")}).run_digest()
+    pins = [{"requirements": ["ninja==1.11.1"]}]
+    assert base.run_digest() != load_settings({"build_pins": pins}).run_digest()
+    assert base.run_digest() != load_settings({"resolve_by_date": False}).run_digest()
