@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from typer import _click
+from typer.core import TyperArgument
 from typer.main import get_command
 
 from runner import __version__
@@ -32,8 +33,10 @@ class _App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         argv = list(sys.argv[1:])
         _DEBUG["on"] = "--debug" in argv
+        command = get_command(self)
+        _no_argument_types(command)
         try:
-            code = get_command(self).main(
+            code = command.main(
                 args=argv, prog_name="bisect-precision-docker", standalone_mode=False
             )
         except _click.exceptions.UsageError as exc:
@@ -43,17 +46,26 @@ class _App(typer.Typer):
         except _click.exceptions.ClickException as exc:
             ERR.print(f"error: {exc.format_message()}")
             sys.exit(exc.exit_code)
-        except (typer.Abort, _click.exceptions.Abort):
+        except typer.Abort:
             ERR.print("interrupted")
             sys.exit(INTERRUPTED)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _no_argument_types(command: Any) -> None:
+    """Typer prints an argument's Python type beside its metavar (`RUN_ID <str>`): drop it."""
+    for param in getattr(command, "params", []):
+        if isinstance(param, TyperArgument):
+            param.display_type = lambda ctx: ""  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        _no_argument_types(sub)
 
 
 app = _App(
     name="bisect-precision-docker",
     help="Find the pypto (or simpler) commit behind a numerical-precision regression, "
     "building and running every tested commit in its own container.",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
@@ -205,7 +217,8 @@ def run(
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
     submodule_path: Annotated[
-        str | None, typer.Option(metavar="PATH", help="Path of the simpler gitlink [runtime].")
+        str | None,
+        typer.Option(metavar="PATH", help="Where the simpler gitlink sits in pypto [runtime]."),
     ] = None,
     submodule_source: Annotated[
         list[str] | None,
@@ -538,7 +551,9 @@ def log(workdir: WorkdirOpt = None) -> None:
 
 @app.command()
 def reproduce(
-    run_id: Annotated[str, typer.Argument(help="A run id from the report (or a pypto sha).")],
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", help="A run id from the report (or a pypto SHA).")
+    ],
     workdir: WorkdirOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream logs.")] = False,
 ) -> None:
@@ -614,7 +629,8 @@ def cache_ls(
 def cache_prune(
     cache_dir: CacheOpt = None,
     max_size: Annotated[
-        str | None, typer.Option(help="Keep at most this much (e.g. 20G), LRU first.")
+        str | None,
+        typer.Option(metavar="SIZE", help="Keep at most this much (e.g. 20G), LRU first."),
     ] = None,
     failures: Annotated[
         bool, typer.Option("--failures", help="Forget recorded build failures only.")
@@ -628,6 +644,24 @@ def cache_prune(
         else:
             removed = cache.prune(_size(max_size) if max_size is not None else None)
     OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB left")
+
+
+@app.command("config-reference")
+def config_reference_command(
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write here instead of stdout."),
+    ] = None,
+) -> None:
+    """Print the settings reference (markdown, as in docs/config.md), generated from the model."""
+    from runner.config import config_reference
+
+    text = config_reference()
+    if output is None:
+        OUT.print(text, markup=False, end="")
+        return
+    with guarded():
+        output.write_text(text)
 
 
 @app.command()

@@ -19,7 +19,8 @@ import re
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import platformdirs
 from packaging.requirements import InvalidRequirement, Requirement
@@ -69,6 +70,9 @@ FLAG_NAMES = {
     "build_env": "--build-env",
     "run_env": "--run-env",
     "verdict": "--verdict-good/--verdict-bad",
+    "build_network": "--build-network/--no-build-network",
+    "resolve_by_date": "--resolve-by-date/--no-resolve-by-date",
+    "verify": "--verify/--no-verify",
 }
 """Flags whose name is not the setting's name with dashes (lists take one item per flag)."""
 
@@ -257,9 +261,25 @@ class Settings(BaseSettings):
     python: str = Field(default="python3", description="Python in the image.")
     cpus: float | None = Field(default=None, description="CPU limit per container.")
     verify: bool = Field(default=True, description="Check that good is good and bad is bad first.")
+    confidence: float = Field(
+        default=0.95,
+        gt=0.5,
+        lt=1.0,
+        description="Stop when the likeliest culprit reaches this probability (flaky examples "
+        "are re-tested until then).",
+    )
+    repeat: int | None = Field(
+        default=None,
+        ge=1,
+        description="Run every tested commit this many times and judge by `policy` instead of "
+        "the confidence search.",
+    )
+    policy: Literal["any-fail", "majority"] = Field(
+        default="majority", description="How `repeat` runs make one verdict."
+    )
     verdict: VerdictConfig = Field(
         default_factory=VerdictConfig,
-        description="Extra regular expressions that make an output good or bad.",
+        description="Regular expressions that replace the built-in pass and failure patterns.",
     )
 
     @classmethod
@@ -490,3 +510,139 @@ def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Set
         raise BadInput(f"settings: {str(exc).splitlines()[0]}") from exc
     finally:
         _CONFIG_FILE.reset(token)
+
+
+def _kind(annotation: Any) -> str:
+    """A field's type in the words the reference uses (no Python type names)."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(f"`{choice}`" for choice in args)
+    if origin in (Union, UnionType):
+        return _kind(args[0])
+    if origin is list:
+        inner = _kind(args[0])
+        return "list of tables" if inner == "table" else f"list of {inner}"
+    if origin is dict:
+        return "table of paths" if args[1] is Path else f"table of {_kind(args[1])}"
+    words = {str: "text", float: "number", int: "integer", bool: "true/false", Path: "path"}
+    if annotation is date:
+        return "date (YYYY-MM-DD)"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "table"
+    return words.get(annotation, "text")
+
+
+def _default(name: str, field: FieldInfo) -> str:
+    value = field.get_default(call_default_factory=True)
+    if value is None or value == [] or value == {}:
+        return ""
+    if isinstance(value, BaseModel):
+        return ""
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, dict):
+        return "<br>".join(f"`{k}={v}`" for k, v in value.items())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def _table(model: type[BaseModel], *, top: bool) -> list[str]:
+    head = "| key | type | default | flag | environment | meaning |" if top else ""
+    lines = (
+        [head, "|---|---|---|---|---|---|"]
+        if top
+        else ["| key | type | meaning |", "|---|---|---|"]
+    )
+    for name, field in model.model_fields.items():
+        kind = _kind(field.annotation)
+        meaning = (field.description or "").replace("|", "\\|")
+        if not top:
+            lines.append(f"| `{name}` | {kind} | {meaning} |")
+            continue
+        flag = flag_name(name).replace("/", " / ")
+        flags = " / ".join(f"`{f.strip()}`" for f in flag.split(" / "))
+        lines.append(
+            f"| `{name}` | {kind} | {_default(name, field)} | {flags} | `{_env_name(name)}` "
+            f"| {meaning} |"
+        )
+    return lines
+
+
+BuildPin.model_fields[
+    "requirements"
+].description = "PEP 508 requirements to install, e.g. `scikit-build-core==0.12.2`."
+BuildPin.model_fields["package"].description = "`pypto` or `simpler`; both when left out."
+BuildPin.model_fields["since"].description = "First commit date the pin applies to (inclusive)."
+BuildPin.model_fields["until"].description = "Last commit date the pin applies to (inclusive)."
+BuildPin.model_fields["commits"].description = "Commit SHAs or prefixes (4+ hex digits)."
+VerdictConfig.model_fields["good"].description = "Regexes (multiline) that mark a pass."
+VerdictConfig.model_fields["bad"].description = "Regexes that mark a precision failure."
+
+
+def config_reference() -> str:
+    """The settings reference as markdown, generated from the model (docs/config.md)."""
+    lines = [
+        "# Settings reference",
+        "",
+        "<!-- Generated by `bisect-precision-docker config-reference`; do not edit by hand. -->",
+        "",
+        "Every setting can be given in three places; the first one that has it wins:",
+        "",
+        "1. a flag of `bisect-precision-docker run`;",
+        f"2. an environment variable `{ENV_PREFIX}<KEY>` (the key in upper case);",
+        f"3. the config file: `--config FILE`, else `${CONFIG_ENV}`, else `./{CONFIG_NAME}`",
+        "   when present.",
+        "",
+        "A flag or variable replaces the file's value for its key as a whole (a list or table is",
+        "not merged with the file's).",
+        "",
+        "Syntax per place:",
+        "",
+        "- **Flags**: a list takes one item per flag, repeated (`--extra-arg --n --extra-arg 4`);",
+        "  a table takes `KEY=VALUE` (`--run-env PTO2_RING_HEAP=2147483648`,",
+        "  `--submodule-source 3rdparty/msgpack-c=/src/msgpack-c`); `--build-pin` takes one pin",
+        "  as a JSON object.",
+        "- **Environment**: text, numbers and paths as they are; true/false as `true`/`false`",
+        "  (or `1`/`0`, `yes`/`no`); lists and tables as JSON:",
+        f"  `{ENV_PREFIX}DEVICE_MAP='[\"/dev/null:/dev/davinci0\"]'`,",
+        f'  `{ENV_PREFIX}RUN_ENV=\'{{"PTO2_RING_HEAP": "2147483648"}}\'`,',
+        f'  `{ENV_PREFIX}BUILD_PINS=\'[{{"requirements": ["scikit-build-core==0.12.2"], '
+        '"until": "2026-03-01"}]\'`.',
+        f"  Paths are relative to the working directory. `{CACHE_ENV}` sets the cache",
+        "  directory when `cache_dir` is not set.",
+        "- **Config file** (TOML): `key = value`, tables as `[key]`, build pins as",
+        "  `[[build_pins]]`. Paths (also the values of `submodule_sources`) are relative to the",
+        "  file. `good` is accepted for `known_good`; dashes in keys work like underscores.",
+        "",
+        "A bad value stops the command with one line naming where it came from: the flag, the",
+        "variable, or the file and key.",
+        "",
+        "## Settings",
+        "",
+        *_table(Settings, top=True),
+        "",
+        "## `[[build_pins]]`",
+        "",
+        "Build tools to install for some commits, because newer tools break older commits.",
+        "A pin applies to a commit of `package` whose SHA starts with one of `commits`, or whose",
+        "commit date lies in `since`..`until`; a pin with neither applies to every commit.",
+        "",
+        *_table(BuildPin, top=False),
+        "",
+        "```toml",
+        "[[build_pins]]",
+        'requirements = ["scikit-build-core==0.12.2"]',
+        'package = "pypto"',
+        "until = 2026-03-01",
+        "```",
+        "",
+        "## `[verdict]`",
+        "",
+        "Patterns that replace the built-in ones for a harness with its own output.",
+        "",
+        *_table(VerdictConfig, top=False),
+        "",
+    ]
+    return "\n".join(lines)

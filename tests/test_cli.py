@@ -4,7 +4,11 @@ and whatever a ledger already holds is left exactly as it was."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +158,91 @@ def test_editing_the_example_between_runs_is_refused_instead_of_mixing_verdicts(
 
     assert_one_line_error(again, 2, "example's text changed", "--new-session")
     assert ledger.read_bytes() == before
+
+
+def _commands(group, path=()):
+    """Every command path of the CLI, groups included, from click's own tree."""
+    yield path
+    for name, command in getattr(group, "commands", {}).items():
+        yield from _commands(command, (*path, name))
+
+
+PYTHON_TYPES = re.compile(
+    r"<[a-z_\[\], |]+>|\b(?:list|dict|tuple|set)\["
+    r"|\b(?:str|int|float|bool|Path|NoneType|Optional|TEXT|INTEGER|FLOAT|BOOLEAN)\b"
+)
+
+
+def test_no_help_page_shows_a_python_type_name():
+    from typer.main import get_command
+
+    from runner.cli import app
+
+    paths = list(_commands(get_command(app)))
+    assert ("run",) in paths and ("cache", "prune") in paths
+    for path in paths:
+        result = cli(*path, "--help")
+        assert result.returncode == 0, (path, result.stderr)
+        assert not PYTHON_TYPES.search(result.stdout), (path, PYTHON_TYPES.search(result.stdout))
+
+
+def test_every_setting_has_a_flag_on_run():
+    from runner.config import Settings, flag_name
+
+    page = cli("run", "--help").stdout
+    for name in Settings.model_fields:
+        for flag in flag_name(name).split("/"):
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", page), (name, flag)
+
+
+def test_shell_completion_is_on():
+    shown = cli("--show-completion", "bash")
+    assert shown.returncode == 0 and "complete" in shown.stdout
+    completed = subprocess.run(
+        [sys.executable, "-m", "runner.cli"],
+        env={
+            **os.environ,
+            "_BISECT_PRECISION_DOCKER_COMPLETE": "complete_bash",
+            "COMP_WORDS": "bisect-precision-docker run --device-mo",
+            "COMP_CWORD": "2",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.stdout.split() == ["--device-mode"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--submodule-source", "runtime"], "--submodule-source 'runtime': give PATH=DIR"),
+        (["--run-env", "=x"], "--run-env '=x': give KEY=VALUE"),
+        (["--build-pin", "{nope"], "--build-pin '{nope}'"[:13]),
+        (["--build-pin", '{"requirements": []}'], "--build-pin (build_pins.0.requirements)"),
+        (["--infra-retries", "0"], "--infra-retries: infra_retries must be 1 or more"),
+    ],
+)
+def test_malformed_new_flags_are_one_line(tmp_path, args, fragment):
+    result = cli("run", "--workdir", str(tmp_path), *args)
+    assert_one_line_error(result, 2, fragment)
+
+
+def test_a_setting_from_the_environment_is_validated_with_the_variable_named(tmp_path):
+    env = {**os.environ, "BISECT_PRECISION_DEVICE_MODE": "root"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "run", "--workdir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("error: BISECT_PRECISION_DEVICE_MODE: ")
+    assert len(completed.stderr.strip().splitlines()) == 1
+
+
+def test_the_config_reference_command_prints_the_committed_reference(tmp_path):
+    printed = cli("config-reference")
+    assert printed.returncode == 0
+    assert printed.stdout == (Path(__file__).parent.parent / "docs" / "config.md").read_text()

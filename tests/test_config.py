@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import DEFAULT_RUN_ENV, BuildPin, Settings, VerdictConfig, load_settings
+from runner.config import (
+    DEFAULT_RUN_ENV,
+    BuildPin,
+    Settings,
+    VerdictConfig,
+    config_reference,
+    flag_name,
+    load_settings,
+)
 from runner.errors import BadInput
 
 
@@ -298,3 +306,18 @@ def test_new_settings_change_the_run_digest_only_when_set():
     pins = [{"requirements": ["ninja==1.11.1"]}]
     assert base.run_digest() != load_settings({"build_pins": pins}).run_digest()
     assert base.run_digest() != load_settings({"resolve_by_date": False}).run_digest()
+
+
+def test_the_committed_config_reference_is_the_generated_one():
+    committed = Path(__file__).parent.parent / "docs" / "config.md"
+    assert committed.read_text() == config_reference(), (
+        "docs/config.md is stale: run `bisect-precision-docker config-reference -o docs/config.md`"
+    )
+
+
+def test_the_reference_names_every_setting_its_flag_and_its_variable():
+    text = config_reference()
+    for name in Settings.model_fields:
+        assert f"| `{name}` |" in text
+        assert f"`BISECT_PRECISION_{name.upper()}`" in text
+        assert f"`{flag_name(name).split('/')[0]}`" in text
