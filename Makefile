@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench clean
 
-setup: system-packages venv docker-engine test-base lint-tools
+setup: system-packages venv docker-engine test-base wheelhouse lint-tools
 
 # git and venv support are all the host needs besides Docker; install them only when missing.
 system-packages:

@@ -6,23 +6,24 @@ nothing about the bisect, it only answers "what does this (pypto, simpler) pair 
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import docker
 
+from runner.builders import Builder, Provisioner
 from runner.devices import Passthrough
-from runner.errors import SourceUnavailable
+from runner.errors import InfrastructureError, SourceUnavailable
 from runner.execute import ExampleRun, run_example
 from runner.images import WheelInstallFailed, ensure_test_image
-from runner.ledger import Attempt, Ledger, Level
+from runner.ledger import Attempt, Ledger, Level, claim_run_dir
 from runner.search import Verdict
 from runner.sources import SourceExporter
-from runner.verdict import VerdictPatterns, judge
+from runner.verdict import VerdictPatterns, infrastructure_fault, judge
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 
 Phase = Callable[[str], None]
@@ -52,7 +53,12 @@ class RunSettings:
 
 
 class DockerTester:
-    """Tests (pypto, simpler) pairs in containers and records every attempt in the ledger."""
+    """Tests (pypto, simpler) pairs in containers and records every attempt in the ledger.
+
+    Infrastructure faults (timeouts, OOM kills, a full disk, engine or device errors) are never
+    recorded: the attempt is retried, and after `infra_retries` in a row the run stops (exit 4)
+    so that the next run tries again instead of reusing a verdict that says nothing.
+    """
 
     def __init__(
         self,
@@ -66,6 +72,9 @@ class DockerTester:
         workdir: Path,
         ccache_dir: Path,
         submodule_path: str = "runtime",
+        provisioner: Provisioner | None = None,
+        omit: Collection[str] = (),
+        infra_retries: int = 3,
         phase: Phase | None = None,
         echo: Callable[[str], None] | None = None,
     ) -> None:
@@ -78,16 +87,60 @@ class DockerTester:
         self.workdir = workdir
         self.ccache_dir = ccache_dir
         self.path = submodule_path
+        self.provisioner = provisioner
+        self.omit = tuple(omit)
+        self.infra_retries = max(1, infra_retries)
         self.phase = phase or (lambda _name: None)
         self.echo = echo
 
-    def _run_id(self, pypto: str, simpler: str | None) -> str:
-        number = len(self.ledger.document.attempts) + 1
-        return f"{number:03d}-{pypto[:10]}-{(simpler or 'none')[:10]}"
+    def preflight(self, commits: Sequence[str], gitlinks: Mapping[str, str | None]) -> None:
+        """Resolve and download the build tools of the range before the first bisect step.
 
-    def _wheel(self, package: str, commit: str, prepare: Callable[[Path], object]) -> WheelResult:
+        A requirement nothing satisfies is then a one-line error naming the commit, not a
+        failure an hour in. Checked: the endpoints and every commit that edits the build
+        requirements (pyproject.toml), plus the simpler commits the endpoints pin.
+        """
+        if self.provisioner is None or not commits:
+            return
+        self.phase("build tools")
+        changed = set(self.exporter.changed(commits[0], commits[-1], "pyproject.toml"))
+        wanted = [c for c in commits if c in changed or c in (commits[0], commits[-1])]
+        for commit in wanted:
+            self._builder("pypto", commit, None, build=False)
+        for commit in (commits[0], commits[-1]):
+            pinned = gitlinks.get(commit)
+            if pinned is not None:
+                self._builder("simpler", pinned, commit, build=False)
+
+    def _builder(
+        self, package: str, commit: str, at: str | None, *, build: bool = True
+    ) -> Builder | None:
+        if self.provisioner is None:
+            return None
+        if package == "simpler":
+            pyproject, when = self.exporter.read(
+                commit, "pyproject.toml", submodule=self.path, at=at
+            )
+        else:
+            pyproject, when = self.exporter.read(commit, "pyproject.toml")
+        resolution = self.provisioner.resolve(package, commit, pyproject, when)
+        where = f"{package} {commit[:12]}"
+        if not build:
+            self.provisioner.download(resolution, where)
+            return None
+        self.phase(f"builder for {package} {commit[:12]}")
+        return self.provisioner.builder(resolution, where)
+
+    def _wheel(
+        self,
+        package: str,
+        commit: str,
+        prepare: Callable[[Path], object],
+        builder: Builder | None,
+    ) -> WheelResult:
         self.phase(f"build {package} {commit[:12]}")
-        self.ccache_dir.mkdir(parents=True, exist_ok=True)
+        ccache = self.ccache_dir / package  # one cache per repository, shared by all its builds
+        ccache.mkdir(parents=True, exist_ok=True)
         return build_wheel(
             self.client,
             self.cache,
@@ -95,16 +148,43 @@ class DockerTester:
             commit,
             prepare,
             self.build,
-            ccache_dir=self.ccache_dir,
+            ccache_dir=ccache,
+            builder=builder,
             echo=self.echo,
         )
 
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
-        run_id = self._run_id(pypto, simpler)
-        artifacts = self.workdir / "runs" / run_id
-        if artifacts.exists():  # left by a run that was killed before it was recorded
-            shutil.rmtree(artifacts)
-        artifacts.mkdir(parents=True)
+        failures: list[str] = []
+        while True:
+            try:
+                return self._attempt(level, pypto, simpler)
+            except InfrastructureError as exc:
+                reason = str(exc).splitlines()[0]
+                failures.append(reason)
+                self._note_infrastructure(pypto, simpler, reason)
+                if len(failures) >= self.infra_retries:
+                    raise InfrastructureError(
+                        f"{len(failures)} infrastructure failures in a row, nothing recorded "
+                        f"for {pypto[:12]}: {reason}; fix the cause and run again to resume"
+                    ) from exc
+                if self.echo:
+                    self.echo(
+                        f"infrastructure failure, not a verdict (try {len(failures)} of "
+                        f"{self.infra_retries}): {reason}"
+                    )
+
+    def _note_infrastructure(self, pypto: str, simpler: str | None, reason: str) -> None:
+        """Kept beside the ledger, never in it: the user may want to know what went wrong."""
+        log = self.workdir / "infrastructure.log"
+        with contextlib.suppress(OSError), log.open("a") as handle:
+            handle.write(f"{_now().isoformat()} {pypto} {simpler or '-'} {reason}\n")
+
+    def _attempt(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        run_id, artifacts = claim_run_dir(
+            self.workdir / "runs",
+            f"{pypto[:10]}-{(simpler or 'none')[:10]}",
+            taken=[attempt.run_id for attempt in self.ledger.document.attempts],
+        )
         record = Attempt(
             run_id=run_id,
             level=level,
@@ -127,20 +207,38 @@ class DockerTester:
 
     def _build_and_run(self, record: Attempt, artifacts: Path) -> None:
         pypto, simpler = record.pypto_sha, record.simpler_sha
+        # Every source this test needs must exist before anything is built for it.
+        self.phase("sources")
+        overrides: dict[str, str | None] = {self.path: simpler} if simpler is not None else {}
+        self.exporter.check(pypto, overrides=overrides, skip=self.omit)
+        builders = {"pypto": self._builder("pypto", pypto, None)}
+        if simpler is not None:
+            builders["simpler"] = self._builder("simpler", simpler, pypto)
+        for name, builder in builders.items():
+            if builder is not None:
+                record.builders[name] = builder.image_id
+                record.build_tools[name] = list(builder.resolution.pins)
         wheels: dict[str, WheelResult] = {}
         if simpler is not None:
             wheels["simpler"] = self._wheel(
                 "simpler",
                 simpler,
                 lambda dest: self.exporter.export_submodule(self.path, simpler, dest, at=pypto),
+                builders["simpler"],
             )
         if simpler is None or wheels["simpler"].ok:
             wheels["pypto"] = self._wheel(
-                "pypto", pypto, lambda dest: self.exporter.export(pypto, dest)
+                "pypto",
+                pypto,
+                lambda dest: self.exporter.export(pypto, dest, skip=self.omit),
+                builders["pypto"],
             )
         for name, wheel in wheels.items():
             record.builds[name] = _build_state(wheel)
             record.build_s += wheel.seconds
+            record.export_s += wheel.export_s
+            if wheel.ccache_hits is not None and wheel.ccache_misses is not None:
+                record.ccache[name] = [wheel.ccache_hits, wheel.ccache_misses]
             if wheel.sha256:
                 record.wheel_digests[name] = wheel.sha256
             if not wheel.ok:
@@ -194,6 +292,18 @@ class DockerTester:
             timeout_s=self.run.timeout,
             patterns=self.run.patterns,
         )
+        if outcome.verdict is Verdict.SKIP:
+            fault = infrastructure_fault(
+                result.exit_code,
+                result.output,
+                timed_out=result.timed_out,
+                oom_killed=result.oom_killed,
+            )
+            if fault is not None:
+                raise InfrastructureError(
+                    f"the example run of {pypto[:12]} {fault}; not a verdict (log: "
+                    f"{result.log_path})"
+                )
         record.verdict = outcome.verdict
         record.reason = outcome.reason
         record.metrics = dict(outcome.metrics)

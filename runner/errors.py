@@ -40,3 +40,7 @@ class SourceUnavailable(BisectError):
     """
 
     exit_code = 2
+
+    def __init__(self, message: str, *, submodule: str | None = None) -> None:
+        super().__init__(message)
+        self.submodule = submodule

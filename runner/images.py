@@ -27,7 +27,7 @@ import jinja2
 import requests.exceptions
 
 import runner
-from runner.errors import BisectError, InfrastructureError
+from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import LABEL
 from runner.wheels import file_sha256
 
@@ -62,16 +62,16 @@ class TestImage:
     seconds: float
 
 
-def _template_text() -> str:
+def _template_text(name: str = TEMPLATE_NAME) -> str:
     """From the source tree when running from a checkout, else from the installed package data."""
-    checkout = Path(runner.__file__).resolve().parent.parent / "dockerfiles" / TEMPLATE_NAME
+    checkout = Path(runner.__file__).resolve().parent.parent / "dockerfiles" / name
     if checkout.is_file():
         return checkout.read_text()
-    packaged = importlib.resources.files("runner").joinpath("dockerfiles", TEMPLATE_NAME)
+    packaged = importlib.resources.files("runner").joinpath("dockerfiles", name)
     if packaged.is_file():
         return packaged.read_text()
     raise InfrastructureError(
-        f"the Dockerfile template {TEMPLATE_NAME} is not installed with the runner package; "
+        f"the Dockerfile template {name} is not installed with the runner package; "
         "reinstall bisect-precision-docker (or run it from its source checkout)"
     )
 
@@ -98,6 +98,21 @@ def render_dockerfile(
     `base_user` is the base image's USER when it is not root: pip installs as root, then the
     image switches back so the runner's commands see the user the base image intended.
     """
+    for name in (simpler_wheel, pypto_wheel):
+        if name is not None and (not name.endswith(".whl") or "/" in name or " " in name):
+            raise BisectError(f"not a wheel file name: {name!r}")
+    return render_template(
+        TEMPLATE_NAME,
+        base_image_ref=base_image_ref,
+        simpler_wheel=simpler_wheel,
+        pypto_wheel=pypto_wheel,
+        labels=dict(labels),
+        base_user=base_user,
+    )
+
+
+def render_template(name: str, **values: object) -> str:
+    """Render one of the shipped Dockerfile templates; `dq` quotes a value for Dockerfile text."""
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -106,16 +121,7 @@ def render_dockerfile(
         autoescape=False,
     )
     env.filters["dq"] = _dockerfile_string
-    for name in (simpler_wheel, pypto_wheel):
-        if name is not None and (not name.endswith(".whl") or "/" in name or " " in name):
-            raise BisectError(f"not a wheel file name: {name!r}")
-    return env.from_string(_template_text()).render(
-        base_image_ref=base_image_ref,
-        simpler_wheel=simpler_wheel,
-        pypto_wheel=pypto_wheel,
-        labels=dict(labels),
-        base_user=base_user,
-    )
+    return env.from_string(_template_text(name)).render(**values)
 
 
 def image_tag(pypto_sha: str, simpler_sha: str | None) -> str:
@@ -152,7 +158,7 @@ def find_test_image(client: docker.DockerClient, labels: Mapping[str, str]) -> s
     return found[0].id if found else None
 
 
-def _base_user(client: docker.DockerClient, base_image: str, base_image_id: str) -> str | None:
+def base_user(client: docker.DockerClient, base_image: str, base_image_id: str) -> str | None:
     try:
         attrs = client.images.get(base_image_id).attrs
     except docker.errors.ImageNotFound as exc:
@@ -242,7 +248,7 @@ def ensure_test_image(
         simpler_wheel=simpler_wheel.name if simpler_wheel else None,
         pypto_wheel=pypto_wheel.name,
         labels=labels,
-        base_user=_base_user(client, base_image, base_image_id),
+        base_user=base_user(client, base_image, base_image_id),
     )
     context = Path(tempfile.mkdtemp(prefix="bisect-precision-image-"))
     try:
@@ -282,18 +288,25 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
         raise InfrastructureError(f"cannot tag image {image_id[:19]} as {tag}: {exc}") from exc
 
 
-def _build(
+@dataclass
+class _Streamed:
+    image_id: str | None
+    lines: list[str]
+    error: str | None
+    step: str
+
+
+def _stream_build(
     client: docker.DockerClient,
     context: Path,
     *,
     tag: str,
     handle: TextIO,
     echo: Echo | None,
-    pypto: tuple[str, str],
-    simpler: tuple[str, str] | None,
-    base_image: str,
+    what: str,
     log_path: Path,
-) -> str:
+) -> _Streamed:
+    """Run a legacy-builder build, streaming its log; engine failures are infrastructure."""
     lines: list[str] = []
     pending = ""
     step = ""
@@ -334,7 +347,7 @@ def _build(
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         emit(f"ERROR: {exc}\n")
         raise InfrastructureError(
-            f"building test image {tag} failed in the Docker Engine: {exc}; check the engine "
+            f"building {what} failed in the Docker Engine: {exc}; check the engine "
             f"and resume (log: {log_path})"
         ) from exc
     finally:
@@ -345,10 +358,64 @@ def _build(
     if error is None and image_id is None:
         with contextlib.suppress(docker.errors.DockerException):
             image_id = client.images.get(tag).id
-    if error is None and image_id is not None:
-        return image_id
+    if error is not None or image_id is None:
+        _remove_partial_build(client, lines)
+    return _Streamed(image_id if error is None else None, lines, error, step)
 
-    _remove_partial_build(client, lines)
+
+def build_image(
+    client: docker.DockerClient,
+    context: Path,
+    *,
+    tag: str,
+    log_path: Path,
+    what: str,
+    echo: Echo | None = None,
+) -> str:
+    """Build an image whose failure stops the run (a builder image, say); returns its id."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a") as handle:
+        result = _stream_build(
+            client, context, tag=tag, handle=handle, echo=echo, what=what, log_path=log_path
+        )
+    if result.image_id is not None:
+        return result.image_id
+    tail = _tail(result.lines)
+    if "no space left on device" in tail.lower():
+        raise InfrastructureError(
+            f"building {what} ran out of disk space; free space and resume (log: {log_path})"
+        )
+    last = tail.splitlines()[-1] if tail else "no output"
+    raise BadInput(
+        f"building {what} failed: {last[:200]}; the base image must accept these wheels "
+        f"(log: {log_path})"
+    )
+
+
+def _build(
+    client: docker.DockerClient,
+    context: Path,
+    *,
+    tag: str,
+    handle: TextIO,
+    echo: Echo | None,
+    pypto: tuple[str, str],
+    simpler: tuple[str, str] | None,
+    base_image: str,
+    log_path: Path,
+) -> str:
+    streamed = _stream_build(
+        client,
+        context,
+        tag=tag,
+        handle=handle,
+        echo=echo,
+        what=f"test image {tag}",
+        log_path=log_path,
+    )
+    if streamed.image_id is not None:
+        return streamed.image_id
+    lines, step = streamed.lines, streamed.step
     tail = _tail(lines)
     failed_wheel = None
     for candidate in (simpler, pypto):

@@ -94,6 +94,11 @@ class Attempt(_Strict):
     device: str | None = None
     started_at: datetime
     finished_at: datetime
+    # Per package: the builder image id, its exact build tools, and ccache [hits, misses].
+    builders: dict[str, str] = {}
+    build_tools: dict[str, list[str]] = {}
+    ccache: dict[str, list[int]] = {}
+    export_s: float = 0.0
 
 
 class LedgerDocument(_Strict):

@@ -84,12 +84,13 @@ def session_digest(settings: Settings, example: Path) -> str:
 
 
 def extra_repos(settings: Settings) -> dict[str, Path]:
-    """--simpler: a separate simpler clone whose objects complement the checkout's submodule."""
-    if settings.simpler is None:
-        return {}
-    path = _directory(settings.simpler, "--simpler", "a simpler clone")
-    History(path)  # refuses a directory that is not a git repository
-    return {settings.submodule_path: path}
+    """--simpler and --submodule-source: other clones whose objects complement a submodule's."""
+    repos: dict[str, Path] = {}
+    for path, clone in settings.submodule_repos().items():
+        flag = "--simpler" if clone == settings.simpler else f"--submodule-source {path}="
+        repos[path] = _directory(clone, flag, f"a clone of the {path} submodule")
+        History(repos[path])  # refuses a directory that is not a git repository
+    return repos
 
 
 def prepare(settings: Settings) -> Prepared:

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import quote, unquote
@@ -289,6 +290,59 @@ class SourceExporter:
             raise
         return ExportResult(sha, dest, submodules, time.perf_counter() - started)
 
+    def check(
+        self,
+        commit: str,
+        *,
+        overrides: Mapping[str, str | None] = _NO_OVERRIDES,
+        skip: Collection[str] = (),
+    ) -> dict[str, str]:
+        """Raise SourceUnavailable now if `export` would: every pinned commit, recursively.
+
+        Cheap (no tree is written), so an attempt can refuse a commit before building anything.
+        """
+        sha = self._resolve_superproject_commit(commit)
+        wanted = {_norm(path): value for path, value in overrides.items()}
+        submodules: dict[str, str] = {}
+        self._ensure_mirror(self._top)
+        self._require_commit(self._top, sha)
+        self._materialise(
+            self._top, sha, None, "", wanted, {_norm(p) for p in skip}, set(), submodules
+        )
+        return submodules
+
+    def changed(self, first: str, last: str, filename: str) -> list[str]:
+        """First-parent commits in first..last that change `filename` (newest first)."""
+        self._ensure_mirror(self._top)
+        proc = self._mirror_git(
+            self._top, "rev-list", "--first-parent", f"{first}..{last}", "--", filename
+        )
+        return proc.stdout.decode().split() if proc.returncode == 0 else []
+
+    def read(
+        self, commit: str, filename: str, *, submodule: str | None = None, at: str | None = None
+    ) -> tuple[str | None, datetime]:
+        """A file's text at `commit` (None when absent) and the commit's committer date.
+
+        `submodule`: read from the submodule at that path (as of superproject commit `at`).
+        """
+        if submodule is None:
+            repo = self._top
+            self._ensure_mirror(repo)
+            sha = self._resolve_superproject_commit(commit)
+        else:
+            path = _norm(submodule)
+            at_sha = self._resolve_superproject_commit(at) if at else self._newest_with(path)
+            repo = self._repo_for_path(path, at_sha)
+            sha = self._resolve_in_mirror(repo, commit)
+        self._require_commit(repo, sha)
+        shown = self._mirror_git(repo, "cat-file", "blob", f"{sha}:{filename}")
+        text = shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
+        stamp = _checked(
+            self._mirror_git(repo, "show", "-s", "--format=%cI", sha), f"reading {sha[:12]}"
+        )
+        return text, datetime.fromisoformat(stamp.decode().strip())
+
     def submodule_git_dir(self, path: str) -> Path:
         """A git dir (the tool's mirror) that sees every local object of the submodule at `path`.
 
@@ -450,8 +504,10 @@ class SourceExporter:
             )
         return SourceUnavailable(
             f"source unavailable: submodule {repo.display} commit {sha[:12]} is not in the local "
-            f"checkout or its submodules ({repo.modules_hint}); fetch it there and rerun"
-            + (" (or pass --simpler PATH to a clone that has it)" if len(repo.names) == 1 else "")
+            f"checkout ({repo.modules_hint}); fetch it there, pass --submodule-source "
+            f"{repo.display}=DIR with a clone that has it, or --omit-submodule {repo.display} "
+            "if the build does not need it",
+            submodule=repo.display,
         )
 
     def _require_commit(self, repo: _Repo, sha: str) -> None:
@@ -502,14 +558,14 @@ class SourceExporter:
         self,
         repo: _Repo,
         sha: str,
-        dest: Path,
+        dest: Path | None,
         prefix: str,
         overrides: Mapping[str, str | None],
         skip: set[str],
         used: set[str],
         submodules: dict[str, str],
     ) -> None:
-        gitlinks = self._checkout(repo, sha, dest)
+        gitlinks = self._checkout(repo, sha, dest) if dest is not None else self._listed(repo, sha)
         if not gitlinks:
             return
         entries = self._gitmodules(repo, sha)
@@ -531,7 +587,14 @@ class SourceExporter:
                 target = pinned
             submodules[full] = target
             self._materialise(
-                child, target, dest / path, f"{full}/", overrides, skip, used, submodules
+                child,
+                target,
+                dest / path if dest is not None else None,
+                f"{full}/",
+                overrides,
+                skip,
+                used,
+                submodules,
             )
 
     def _checkout(self, repo: _Repo, sha: str, dest: Path) -> list[tuple[str, str]]:
@@ -556,6 +619,13 @@ class SourceExporter:
                 f"listing {sha[:12]}",
             )
         return list(_gitlinks(listing))
+
+    def _listed(self, repo: _Repo, sha: str) -> list[tuple[str, str]]:
+        """The gitlinks of `sha` without writing its tree anywhere."""
+        listing = _checked(
+            self._mirror_git(repo, "ls-tree", "-r", "-z", sha), f"listing {sha[:12]}"
+        )
+        return list(_gitlinks(listing, tree_format=True))
 
     def _gitmodules(self, repo: _Repo, sha: str) -> dict[str, _SubmoduleEntry]:
         key = (repo.mirror, sha)

