@@ -684,5 +684,24 @@ def cleanup(
     OUT.print(f"removed {len(removed)} containers and {gone} images")
 
 
+@app.command("export")
+def export_bundle(
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", help="A run id from the report (or a pypto SHA).")
+    ],
+    to: Annotated[Path, typer.Option("--to", metavar="DIR", help="New directory for the bundle.")],
+    workdir: WorkdirOpt = None,
+) -> None:
+    """Write a clean-room bundle of one attempt: its image, ledger entry, environment, example
+    files and a run.sh that reproduces the verdict without this tool or the repositories."""
+    from runner.bundle import export_attempt
+
+    with guarded():
+        bundle = export_attempt(_workdir(workdir), run_id, to)
+    attempt = bundle.attempt
+    OUT.print(f"exported {attempt.run_id} ({attempt.verdict.value} {attempt.reason}) to {to}")
+    OUT.print(f"image: {bundle.image_bytes / 1e6:.1f} MB gzipped; reproduce with: {to}/run.sh")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,148 @@
+"""A recorded verdict leaves the machine: `export` writes a bundle, and the bundle alone (Docker,
+a shell, no tool, no repositories, not even the image in the engine) reproduces the verdict."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from runner.execute import KIND_LABEL, LABEL
+from runner.sample.histories import SampleSpec
+from runner.sample.packages import EXAMPLE_PATH
+from tests.fixtures.cli import cli
+
+pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+# A history of its own, so no other test shares (and removes) its images.
+EXPORTED = SampleSpec(
+    pypto_commits=6,
+    simpler_commits=3,
+    runtime_added_at=1,
+    runtime_initial=1,
+    bumps=((3, 2),),
+    pypto_regression_at=4,
+    libbacktrace_url_change_at=2,
+    nested_submodule_at=2,
+)
+
+
+def run_bundle(bundle: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """./run.sh as a machine without the tool sees it: no venv on PATH, no PYTHONPATH."""
+    clean = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **env}
+    for name in ("HOME", "DOCKER_HOST", "DOCKER_CONFIG"):
+        if name in os.environ:
+            clean[name] = os.environ[name]
+    return subprocess.run(
+        ["./run.sh"], cwd=bundle, env=clean, capture_output=True, text=True, timeout=600
+    )
+
+
+def bundle_containers(client: docker.DockerClient) -> list[str]:
+    found = client.containers.list(all=True, filters={"label": f"{KIND_LABEL}=bundle"})
+    return [container.name for container in found]
+
+
+def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_removed(
+    sample_factory, bisect, tmp_path, docker_client
+):
+    sample = sample_factory(EXPORTED)
+    workdir = tmp_path / "work"
+    finished = bisect(sample, workdir=workdir)
+    assert finished.returncode == 0, finished.stderr
+    culprit_run = finished.json()["reproduce"].split()[-1]
+    ledger = json.loads((workdir / "ledger.json").read_text())
+    [entry] = [a for a in ledger["attempts"] if a["run_id"] == culprit_run]
+    assert entry["verdict"] == "bad"
+    bundle = tmp_path / "bundle"
+
+    exported = cli("export", culprit_run, "--workdir", str(workdir), "--to", str(bundle))
+
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((bundle / "attempt.json").read_text()) == entry
+    environment = json.loads((bundle / "environment.json").read_text())
+    assert environment["test_image_id"] == entry["image_id"]
+    assert environment["base_image_id"] == ledger["inputs"]["base_image_id"]
+    assert environment["devices"] == ["/dev/null:/dev/davinci0:rwm"]
+    assert (bundle / "lib" / EXAMPLE_PATH).read_bytes() == (sample.lib / EXAMPLE_PATH).read_bytes()
+    assert not (bundle / "lib" / ".git").exists()
+    with gzip.open(bundle / "image.tar.gz") as saved:
+        assert saved.read(512)  # a gzipped `docker save` stream
+    assert "run.sh" in (bundle / "README.md").read_text()
+
+    moved = tmp_path / "elsewhere"  # the bundle does not depend on where it was written
+    shutil.move(bundle, moved)
+    docker_client.images.remove(entry["image_id"], force=True)
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(entry["image_id"])
+
+    result = run_bundle(moved)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "loading the test image" in result.stdout
+    assert f"recorded verdict: bad ({entry['reason']}) [{culprit_run}]" in result.stdout
+    assert "new verdict:      bad (" in result.stdout
+    assert "does not match golden" in result.stdout
+    assert "the verdict reproduces" in result.stdout
+    assert docker_client.images.get(entry["image_id"]).labels[LABEL] == "1"
+    assert "does not match golden" in (moved / "out" / "log.txt").read_text()
+    assert list((moved / "out" / "build_output").iterdir()), "generated code lands in out/"
+    assert bundle_containers(docker_client) == []
+
+    judged_in_image = run_bundle(moved, BUNDLE_JUDGE="image")
+
+    assert judged_in_image.returncode == 0, judged_in_image.stdout + judged_in_image.stderr
+    assert "loading the test image" not in judged_in_image.stdout
+    assert "the verdict reproduces" in judged_in_image.stdout
+    assert bundle_containers(docker_client) == []
+
+
+def test_a_bundle_whose_verdict_no_longer_holds_says_so_and_exits_1(
+    sample_factory, bisect, tmp_path, docker_client
+):
+    sample = sample_factory(EXPORTED)
+    workdir = tmp_path / "work"
+    assert bisect(sample, workdir=workdir).returncode == 0
+    ledger = json.loads((workdir / "ledger.json").read_text())
+    good = next(a for a in ledger["attempts"] if a["verdict"] == "good" and a["image_id"])
+    bundle = tmp_path / "bundle"
+    assert (
+        cli("export", good["run_id"], "--workdir", str(workdir), "--to", str(bundle)).returncode
+        == 0
+    )
+    # The recipient's copy of the example is changed: the run now misses its golden.
+    example = bundle / "lib" / EXAMPLE_PATH
+    example.write_text(example.read_text().replace("RTOL = 1e-5", "RTOL = -1.0"))
+
+    result = run_bundle(bundle)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "recorded verdict: good (pass)" in result.stdout
+    assert "the verdict does NOT reproduce" in result.stdout
+    assert bundle_containers(docker_client) == []
+
+
+def test_export_refuses_an_attempt_that_is_not_in_the_ledger_and_a_used_directory(
+    sample_factory, bisect, tmp_path
+):
+    sample = sample_factory(EXPORTED)
+    workdir = tmp_path / "work"
+    assert bisect(sample, workdir=workdir).returncode == 0
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    run_id = json.loads((workdir / "ledger.json").read_text())["attempts"][0]["run_id"]
+
+    missing = cli("export", "999-nothing", "--workdir", str(workdir), "--to", str(tmp_path / "b"))
+    occupied = cli("export", run_id, "--workdir", str(workdir), "--to", str(used))
+
+    assert missing.returncode == 2 and "no attempt '999-nothing'" in missing.stderr
+    assert occupied.returncode == 2 and "not empty" in occupied.stderr
+    assert (used / "keep.txt").read_text() == "mine"
+    assert not (tmp_path / "b").exists()
