@@ -128,6 +128,14 @@ class LedgerDocument(_Strict):
                 return attempt
         return None
 
+    def find_all(self, pypto_sha: str, simpler_sha: str | None) -> list[Attempt]:
+        """Every attempt for exactly this pair, in recording order (a flaky example is re-run)."""
+        return [
+            attempt
+            for attempt in self.attempts
+            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha
+        ]
+
 
 class Ledger:
     """An open, locked ledger. Use :meth:`open`; close it (or use ``with``) to release the lock."""

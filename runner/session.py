@@ -8,18 +8,37 @@ through `History` and the `simpler_states` callable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from runner.confidence import (
+    DEFAULT_CONFIDENCE,
+    Belief,
+    FlakePrior,
+    LowConfidence,
+    belief,
+    decide,
+    endpoint_check,
+    evidence,
+    pair_verdict,
+)
 from runner.errors import BisectError
 from runner.history import Change, History
 from runner.ledger import Attempt, Level
 from runner.search import Found, Inconclusive, Test, Verdict, bounds, next_step, steps_left
 
 Source = Literal["pypto", "simpler", "inconclusive"]
-Lookup = Callable[[str, str | None], Attempt | None]
+Policy = Literal["any-fail", "majority"]
+Lookup = Callable[[str, str | None], Sequence[Attempt]]
+"""Every recorded attempt for a (pypto, simpler) pair, oldest first."""
 SimplerStates = Callable[[str, str], tuple[str, list[str]]]
+
+# Which recorded attempts a stage may use: its own and those of the stages before it. A level
+# never sees attempts a later stage made, so a resumed session loads exactly what the
+# uninterrupted one had seen at the same point and takes the same decisions.
+_STAGES: dict[str, int] = {"pypto": 0, "split": 1, "simpler": 2}
 
 
 class Pending(Exception):
@@ -72,19 +91,41 @@ class EndpointFailure(Exception):
 
 @dataclass
 class LevelResult:
-    """One level's bisect: candidates[0] is known good, candidates[-1] known bad."""
+    """One level's bisect: candidates[0] is known good, candidates[-1] known bad.
+
+    ``observations`` holds every verdict per candidate index, repeats included, in order.
+    """
 
     level: Level
     candidates: list[str]
     anchor: str | None = None  # simpler level: the pypto commit every state is tested with
-    verdicts: dict[int, Verdict] = field(default_factory=dict)
+    observations: dict[int, list[Verdict]] = field(default_factory=dict)
     found: int | None = None
     inconclusive: tuple[int, int] | None = None
+    low_confidence: tuple[tuple[int, float], ...] | None = None
     tests: int = 0
+    belief: Belief | None = None
+    repeat: int | None = None  # fixed repeats per commit instead of the confidence search
+    policy: Policy = "majority"
+    prior: FlakePrior | None = None  # the simpler level starts from what level one learnt
 
     @property
     def done(self) -> bool:
-        return self.found is not None or self.inconclusive is not None
+        return (
+            self.found is not None
+            or self.inconclusive is not None
+            or self.low_confidence is not None
+        )
+
+    @property
+    def verdicts(self) -> dict[int, Verdict]:
+        """One verdict per tested index: the policy's (fixed repeats) or the majority's."""
+        out: dict[int, Verdict] = {}
+        for index, seen in self.observations.items():
+            verdict = aggregate(seen, self.policy if self.repeat else "majority")
+            if verdict is not None:
+                out[index] = verdict
+        return out
 
     @property
     def first_bad(self) -> str | None:
@@ -99,6 +140,23 @@ class LevelResult:
         return None
 
     @property
+    def probability(self) -> float | None:
+        """The culprit's posterior probability (confidence search only)."""
+        if self.belief is None or self.found is None:
+            return None
+        return self.belief.probabilities[self.found]
+
+    @property
+    def runner_up(self) -> tuple[str, float] | None:
+        if self.belief is None:
+            return None
+        ranked = [(i, p) for i, p in self.belief.ranked(mass=1.0, limit=3) if i != self.found]
+        if not ranked:
+            return None
+        index, p = ranked[0]
+        return self.candidates[index], p
+
+    @property
     def suspects(self) -> list[str]:
         """Every candidate that can still be the first bad one."""
         if self.found is not None:
@@ -106,6 +164,10 @@ class LevelResult:
         if self.inconclusive is not None:
             first, last = self.inconclusive
             return self.candidates[first : last + 1]
+        if self.low_confidence is not None:
+            return [self.candidates[i] for i, _ in self.low_confidence]
+        if self.repeat is None and self.belief is not None:
+            return [self.candidates[i] for i, _ in self.belief.ranked()]
         lo, hi = bounds(len(self.candidates), self.verdicts)
         return self.candidates[lo + 1 : hi + 1]
 
@@ -113,7 +175,25 @@ class LevelResult:
     def steps_left(self) -> int:
         if self.done:
             return 0
-        return steps_left(len(self.candidates), self.verdicts)
+        if self.repeat is None:
+            if self.belief is None:
+                return steps_left(len(self.candidates), {})
+            return max(1, math.ceil(self.belief.entropy))
+        return steps_left(len(self.candidates), self.verdicts) * self.repeat
+
+
+def aggregate(seen: Sequence[Verdict], policy: Policy) -> Verdict | None:
+    """One verdict from repeated runs: any skip skips; any-fail is bad on one failure; majority
+    is bad when failures are at least half (a tie counts as bad, as a regression shows)."""
+    verdicts = [Verdict(v) for v in seen]
+    if not verdicts:
+        return None
+    if Verdict.SKIP in verdicts:
+        return Verdict.SKIP
+    bad = verdicts.count(Verdict.BAD)
+    if policy == "any-fail":
+        return Verdict.BAD if bad else Verdict.GOOD
+    return Verdict.BAD if 2 * bad >= len(verdicts) else Verdict.GOOD
 
 
 @dataclass
@@ -185,7 +265,12 @@ class Session:
         merge_base: Callable[[str, str], str | None] | None = None,
         simpler_subject: Callable[[str], str] | None = None,
         events: Events | None = None,
+        confidence: float = DEFAULT_CONFIDENCE,
+        repeat: int | None = None,
+        policy: Policy = "majority",
     ) -> None:
+        if repeat is not None and repeat < 1:
+            raise BisectError(f"--repeat must be at least 1, got {repeat}")
         self.history = history
         self.tester = tester
         self.lookup = lookup
@@ -197,6 +282,9 @@ class Session:
         self.merge_base = merge_base
         self.simpler_subject = simpler_subject
         self.events = events or QuietEvents()
+        self.confidence = confidence
+        self.repeat = repeat
+        self.policy: Policy = policy
         self._gitlinks: dict[str, str | None] = {}
         self._subjects: dict[str, str] = {}
 
@@ -216,35 +304,88 @@ class Session:
             self._gitlinks[commit] = self.history.gitlink(commit, self.path)
         return self._gitlinks[commit]
 
-    def _test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
-        subject = self.subject(pypto, simpler, level)
-        known = self.lookup(pypto, simpler)
-        if known is not None:
-            self.events.attempt_done(known, reused=True, subject=subject)
-            return known
-        attempt = self.tester.test(level, pypto, simpler)
-        self.events.attempt_done(attempt, reused=False, subject=subject)
-        return attempt
+    def _recorded(self, stage: Level, pypto: str, simpler: str | None) -> list[Verdict]:
+        """The verdicts the ledger holds for a pair, from this stage and the ones before it."""
+        limit = _STAGES[stage]
+        return [
+            attempt.verdict
+            for attempt in self.lookup(pypto, simpler)
+            if _STAGES.get(attempt.level, 99) <= limit
+        ]
 
-    def _known(self, pypto: str, simpler: str | None) -> Verdict | None:
-        attempt = self.lookup(pypto, simpler)
-        return None if attempt is None else attempt.verdict
+    def _run_once(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        attempt = self.tester.test(level, pypto, simpler)
+        self.events.attempt_done(attempt, reused=False, subject=self.subject(pypto, simpler, level))
+        return attempt
 
     # -- level runner ----------------------------------------------------------------------
 
-    def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
-        count = len(result.candidates)
+    def _load(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
+        """Put every recorded verdict of the level's pairs into its observations."""
         reused = 0
         for index, commit in enumerate(result.candidates):
-            if index not in result.verdicts:
-                verdict = self._known(*pair(commit))
-                if verdict is not None:
-                    result.verdicts[index] = verdict
-                    reused += 1
+            seen = self._recorded(result.level, *pair(commit))
+            if seen:
+                result.observations.setdefault(index, []).extend(seen)
+                reused += len(seen)
         if reused:
             self.events.note(f"{reused} {result.level} verdicts reused from the ledger")
+
+    def _step(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int):
+        commit = result.candidates[index]
+        pypto, simpler = pair(commit)
+        self.events.step_started(
+            result.level,
+            result.tests,
+            result.steps_left,
+            pypto,
+            simpler,
+            self.subject(pypto, simpler, result.level),
+        )
+        attempt = self._run_once(result.level, pypto, simpler)
+        result.tests += 1
+        result.observations.setdefault(index, []).append(attempt.verdict)
+        return attempt
+
+    def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
+        if self.repeat is not None:
+            self._bisect_fixed(result, pair)
+            return
+        count = len(result.candidates)
         while True:
-            step = next_step(count, result.verdicts)
+            result.belief = belief(count, result.observations, result.prior)
+            step = decide(
+                count,
+                result.observations,
+                confidence=self.confidence,
+                prior=result.prior,
+                retest_endpoints=self.verify or result.level == "simpler",
+            )
+            if isinstance(step, Found):
+                result.found = step.index
+                return
+            if isinstance(step, Inconclusive):
+                result.inconclusive = (step.first, step.last)
+                return
+            if isinstance(step, LowConfidence):
+                result.low_confidence = step.candidates
+                return
+            assert isinstance(step, Test)
+            self._step(result, pair, step.indices[0])
+
+    def _bisect_fixed(
+        self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]
+    ) -> None:
+        """`--repeat N`: every tested commit runs N times, the policy makes one verdict of them."""
+        assert self.repeat is not None
+        count = len(result.candidates)
+        while True:
+            complete = {
+                index: verdict
+                for index, verdict in result.verdicts.items()
+                if len(result.observations[index]) >= self.repeat or verdict is Verdict.SKIP
+            }
+            step = next_step(count, complete)
             if isinstance(step, Found):
                 result.found = step.index
                 return
@@ -252,26 +393,13 @@ class Session:
                 result.inconclusive = (step.first, step.last)
                 return
             assert isinstance(step, Test)
-            index = step.indices[0]
-            commit = result.candidates[index]
-            pypto, simpler = pair(commit)
-            self.events.step_started(
-                result.level,
-                result.tests,
-                result.steps_left,
-                pypto,
-                simpler,
-                self.subject(pypto, simpler, result.level),
-            )
-            attempt = self._test(result.level, pypto, simpler)
-            result.tests += 1
-            result.verdicts[index] = attempt.verdict
+            self._step(result, pair, step.indices[0])
 
     # -- the whole bisect -------------------------------------------------------------------
 
     def run(self) -> Outcome:
         commits = self.history.first_parent_range(self.good, self.bad)
-        first = LevelResult("pypto", [self.good, *commits])
+        first = LevelResult("pypto", [self.good, *commits], repeat=self.repeat, policy=self.policy)
         self._gitlinks.update(self.history.gitlinks(first.candidates, self.path))
         self._partial = Outcome("inconclusive", first)
         try:
@@ -283,11 +411,15 @@ class Session:
 
     def _run(self, first: LevelResult) -> Outcome:
         self.events.level_started("pypto", len(first.candidates) - 1, "pypto first-parent commits")
+        pypto_pair = lambda commit: (commit, self.gitlink(commit))  # noqa: E731
+        self._load(first, pypto_pair)
         if self.verify:
-            self._verify_endpoints(first)
-        self._bisect(first, lambda commit: (commit, self.gitlink(commit)))
+            self._verify_endpoints(first, pypto_pair)
+        self._bisect(first, pypto_pair)
         if first.found is None:
-            return Outcome("inconclusive", first)
+            if first.low_confidence is not None:
+                self._partial.notes.append(_low_confidence_note(first))
+            return self._partial
         culprit = first.candidates[first.found]
         parent = first.candidates[first.found - 1]
         change = self.history.classify(culprit, self.path)
@@ -309,7 +441,7 @@ class Session:
 
         anchor = culprit
         if change.kind == "pointer-and-code":
-            split = self._split(parent, culprit, change.old, change.new)
+            split = self._split(first, parent, culprit, change.old, change.new)
             outcome.split = split
             if split.anchor is None:
                 return outcome
@@ -330,38 +462,111 @@ class Session:
             base = self.merge_base(change.old, change.new)
             if base in states:
                 outcome.merge_base_index = states.index(base)
-        second = LevelResult("simpler", states, anchor=anchor)
+        second = LevelResult(
+            "simpler",
+            states,
+            anchor=anchor,
+            repeat=self.repeat,
+            policy=self.policy,
+            prior=FlakePrior(evidence=evidence(first.observations, first.found)),
+        )
         outcome.simpler = second
         outcome.source = "simpler"
         if len(states) < 2:
             outcome.notes.append("the old and new simpler pointers have no commits between them")
             return outcome
-        second.verdicts[len(states) - 1] = Verdict.BAD
         self.events.level_started(
             "simpler", len(states) - 1, f"simpler states {direction} with pypto at {anchor[:12]}"
         )
-        self._bisect(second, lambda state: (anchor, state))
+        simpler_pair = lambda state: (anchor, state)  # noqa: E731
+        self._load(second, simpler_pair)
+        last = len(states) - 1
+        if not second.observations.get(last):
+            # (anchor, new) failed at the level above (culprit or pointer half): take it as bad.
+            second.observations[last] = [Verdict.BAD]
+        if not self._good_end_holds(second, simpler_pair, first):
+            outcome.source = "inconclusive"
+            outcome.notes.append(
+                f"pypto {anchor[:12]} alone fails with the old simpler {states[0][:12]}: the "
+                "regression does not come from the simpler range (or the example is flaky)"
+            )
+            return outcome
+        self._bisect(second, simpler_pair)
+        if second.low_confidence is not None:
+            outcome.notes.append(_low_confidence_note(second))
         return outcome
 
-    def _verify_endpoints(self, first: LevelResult) -> None:
-        last = len(first.candidates) - 1
-        checks = ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad"))
-        for position, (index, expected, which) in enumerate(checks):
-            commit = first.candidates[index]
-            simpler = self.gitlink(commit)
-            left = first.steps_left + len(checks) - position  # this check and those after it
-            self.events.step_started(
-                "pypto", first.tests, left, commit, simpler, self.subject(commit)
-            )
-            attempt = self._test("pypto", commit, simpler)
-            first.tests += 1
-            if attempt.verdict is not expected:
-                raise EndpointFailure(which, attempt)
-            first.verdicts[index] = attempt.verdict
+    def _good_end_holds(
+        self,
+        second: LevelResult,
+        pair: Callable[[str], tuple[str, str | None]],
+        first: LevelResult,
+    ) -> bool:
+        """Test (anchor, old pointer) unless some level already judged exactly that pair.
 
-    def _split(self, parent: str, culprit: str, old: str, new: str) -> Split:
-        pointer = self._test("split", parent, new).verdict
-        code = self._test("split", culprit, old).verdict
+        A pointer-only bump's culprit was never run with the old runtime: assuming it passes
+        would blame a simpler commit for what the pypto commit does on its own.
+        """
+        while True:
+            seen = second.observations.get(0, [])
+            if self.repeat is not None:
+                verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
+                if verdict is not None:
+                    return verdict is Verdict.GOOD
+            else:
+                rates = first.belief
+                state = (
+                    endpoint_check(seen, Verdict.GOOD)
+                    if rates is None
+                    else _pair_state(seen, Verdict.GOOD, rates, self.confidence)
+                )
+                if state != "again":
+                    return state == "confirmed"
+            self._step(second, pair, 0)
+
+    def _verify_endpoints(
+        self, first: LevelResult, pair: Callable[[str], tuple[str, str | None]]
+    ) -> None:
+        last = len(first.candidates) - 1
+        for index, expected, which in ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad")):
+            while True:
+                seen = first.observations.get(index, [])
+                if self.repeat is not None:
+                    verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
+                    state = None if verdict is None else verdict is expected
+                else:
+                    check = endpoint_check(seen, expected)
+                    state = None if check == "again" else check == "confirmed"
+                if state is True:
+                    break
+                if state is False:
+                    commit = first.candidates[index]
+                    recorded = self.lookup(commit, self.gitlink(commit))
+                    raise EndpointFailure(which, recorded[-1])
+                self._step(first, pair, index)
+
+    def _half(self, first: LevelResult, pypto: str, simpler: str) -> Verdict:
+        """Judge one half of a bump, repeating it as the flake rates of level one require."""
+        seen = self._recorded("split", pypto, simpler)
+        while True:
+            if self.repeat is not None:
+                if len(seen) >= self.repeat:
+                    return aggregate(seen, self.policy) or Verdict.SKIP
+            else:
+                rates = first.belief
+                verdict = pair_verdict(
+                    seen,
+                    false_fail=rates.false_fail if rates else 0.05,
+                    false_pass=rates.false_pass if rates else 0.05,
+                    confidence=self.confidence,
+                )
+                if verdict is not None:
+                    return verdict
+            seen.append(self._run_once("split", pypto, simpler).verdict)
+
+    def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
+        pointer = self._half(first, parent, new)
+        code = self._half(first, culprit, old)
         good, bad = Verdict.GOOD, Verdict.BAD
         if code is good:
             # (culprit, old) passes, so the simpler range can be bisected with pypto at the culprit.
@@ -375,12 +580,45 @@ class Session:
         return Split(pointer, code, "unknown")
 
 
+def _pair_state(
+    seen: Sequence[Verdict], expected: Verdict, rates: Belief, confidence: float
+) -> Literal["confirmed", "failed", "again"]:
+    verdict = pair_verdict(
+        seen, false_fail=rates.false_fail, false_pass=rates.false_pass, confidence=confidence
+    )
+    if verdict is None:
+        return "again"
+    return "confirmed" if verdict is expected else "failed"
+
+
+def _low_confidence_note(result: LevelResult) -> str:
+    listed = ", ".join(
+        f"{result.candidates[i][:12]} {p:.0%}" for i, p in (result.low_confidence or ())
+    )
+    return (
+        f"inconclusive: low confidence at the {result.level} level after {result.tests} tests; "
+        f"candidates: {listed}"
+    )
+
+
 _NOT_BUILT = (".md", ".rst", ".txt")
 _NOT_BUILT_DIRS = ("docs/", "doc/", "tests/", "test/", ".github/", ".gitlab/")
+_BUILD_FILES = ("CMakeLists.txt", "pyproject.toml", "setup.py", "setup.cfg")
+_BUILD_DIRS = ("src", "source", "cmake")
 
 
 def _builds_from(path: str) -> bool:
-    """Whether a changed path can plausibly change what gets built or run."""
+    """Whether a changed path can plausibly change what gets built or run.
+
+    Build descriptions count even where their suffix or folder looks like documentation:
+    CMakeLists.txt is a .txt file, and a tests/CMakeLists.txt still shapes the build.
+    """
+    parts = path.split("/")
+    name = parts[-1]
+    if name in _BUILD_FILES or name.endswith(".cmake"):
+        return True
+    if any(part in _BUILD_DIRS for part in parts[:-1]):
+        return True
     return not (path.endswith(_NOT_BUILT) or path.startswith(_NOT_BUILT_DIRS))
 
 

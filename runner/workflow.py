@@ -16,6 +16,7 @@ from pathlib import Path
 
 from runner import __version__
 from runner.attempts import DockerTester, RunSettings
+from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.builders import PackageSources, Pin, Provisioner
 from runner.confidence import DEFAULT_CONFIDENCE
@@ -169,8 +170,8 @@ def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None
     tester: Tester,
     lookup: Lookup,
     inputs: SessionInputs,
+    settings: Settings | None,
     *,
-    verify: bool,
     events: Events | None = None,
 ) -> Session:
     """A session over `inputs`, whose simpler questions go to the exporter's submodule mirror."""
@@ -190,11 +191,14 @@ def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None
         good=inputs.good,
         bad=inputs.bad,
         submodule_path=path,
-        verify=verify,
+        verify=settings.verify if settings is not None else True,
         simpler_states=lambda old, new: pointer_states(exporter.submodule_git_dir(path), old, new),
         merge_base=merge_base,
         simpler_subject=lambda sha: simpler().subject(sha),
         events=events,
+        confidence=settings.confidence if settings is not None else DEFAULT_CONFIDENCE,
+        repeat=settings.repeat if settings is not None else None,
+        policy=settings.policy if settings is not None else "majority",
     )
 
 
@@ -261,9 +265,9 @@ def run_bisect(
             prepared.history,
             prepared.exporter,
             tester,
-            ledger.find,
+            lambda pypto, simpler: ledger.document.find_all(pypto, simpler),
             prepared.inputs,
-            verify=settings.verify,
+            settings,
             events=events,
         )
         try:
@@ -325,8 +329,7 @@ def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
     history = History(Path(inputs.pypto_repo))
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
-    verify = settings.verify if settings is not None else True
-    session = _session(history, exporter, _LedgerOnly(), document.find, inputs, verify=verify)
+    session = _session(history, exporter, _LedgerOnly(), document.find_all, inputs, settings)
     failure = None
     try:
         outcome = session.run()

@@ -1,0 +1,444 @@
+"""The noisy-test bisect engine: a posterior over the first bad commit, and what to test next.
+
+A precision example is a noisy test: a golden comparison on hardware fails now and then on a good
+commit and passes now and then on a bad one. Trusting one run per commit names a wrong culprit with
+exit code 0. So every attempt is kept, and the search works on the probability of each candidate
+being the first bad one given all of them.
+
+The model (the same family as git_bayesect's): a commit before the first bad one fails with an
+unknown rate ``false_fail``, a commit at or after it passes with an unknown rate ``false_pass``.
+Both rates get a Beta prior (a little flakiness is expected, none is also fine) and are integrated
+out analytically, so contradictions seen anywhere in the session, including repeated runs of the
+endpoints, raise the estimated rates and make the search re-test rather than trust a lone verdict.
+The posterior depends only on how many passes and fails each index has, not on their order: a
+resumed session that loads the same attempts is in exactly the state the interrupted one was.
+
+The next test is the index (re-tests and endpoints included) whose outcome is expected to shrink
+the posterior's entropy most. With a deterministic example that is the plain bisection midpoint
+until one candidate is left, then a re-test or two of the boundary to reach the confidence.
+
+Untestable commits (a skip) are never offered again. Candidates that only untestable commits
+separate cannot be told apart by any test, so they are pooled into one block; a block that reaches
+the confidence is the old engine's ``Inconclusive`` range.
+
+Pure like `runner.search`: no git, no Docker, no clock, no printing, so hypothesis can check it
+against a brute-force enumeration and replay can rerun it from the ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from runner.search import Found, Inconclusive, Test, Verdict
+
+DEFAULT_CONFIDENCE = 0.95
+ENDPOINT_TRIES = 5
+PAIR_TRIES = 6
+
+
+@dataclass(frozen=True)
+class FlakePrior:
+    """The prior of each error rate: a mixture of "rarely flaky" and "often flaky" Betas.
+
+    One Beta centred on a few percent is too sure: an example that lies 30 % of the time looks
+    deterministic for a while and the search stops on a wrong culprit. A single wide Beta costs a
+    deterministic example many re-tests. The mixture keeps both cheap: consistent runs quickly
+    favour the first component, contradictions the second. Pseudo-counts are (errors, correct).
+    """
+
+    low: tuple[float, float] = (0.5, 12.0)
+    high: tuple[float, float] = (1.5, 3.5)
+    high_weight: float = 0.4
+    # Runs judged elsewhere in the session (the level above): false fails, true passes, false
+    # passes, true fails. The example's flakiness does not change between levels.
+    evidence: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def __post_init__(self) -> None:
+        if min(*self.low, *self.high) <= 0 or not 0 <= self.high_weight < 1:
+            raise ValueError("flake prior pseudo-counts must be positive, the weight in [0, 1)")
+        if min(self.evidence) < 0:
+            raise ValueError("evidence counts cannot be negative")
+
+
+def evidence(
+    observations: Mapping[int, Sequence[Verdict | str]], first_bad: int
+) -> tuple[int, int, int, int]:
+    """What a finished level says about the flake rates, taking ``first_bad`` as the truth."""
+    counts = [0, 0, 0, 0]
+    for i, t in tally(observations).items():
+        if i < first_bad:
+            counts[0] += t.bad
+            counts[1] += t.good
+        else:
+            counts[2] += t.good
+            counts[3] += t.bad
+    return counts[0], counts[1], counts[2], counts[3]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What one index has shown so far."""
+
+    good: int = 0
+    bad: int = 0
+    skip: int = 0
+
+    @property
+    def runs(self) -> int:
+        return self.good + self.bad + self.skip
+
+
+@dataclass(frozen=True)
+class LowConfidence:
+    """No candidate reached the confidence and no further test is allowed or informative.
+
+    ``candidates`` are (index, probability), most likely first, down to 99 % of the mass.
+    """
+
+    candidates: tuple[tuple[int, float], ...]
+
+
+Decision = Test | Found | Inconclusive | LowConfidence
+
+
+@dataclass(frozen=True)
+class Belief:
+    """The posterior of one level.
+
+    ``probabilities[i]`` is P(first bad commit is index i); index 0 (the known-good end) is 0.
+    ``blocks`` are the candidate groups no test can separate, as (first, last, probability).
+    """
+
+    count: int
+    probabilities: tuple[float, ...]
+    false_fail: float
+    false_pass: float
+    blocks: tuple[tuple[int, int, float], ...]
+    tallies: Mapping[int, Tally]
+
+    def ranked(self, mass: float = 0.99, limit: int = 10) -> tuple[tuple[int, float], ...]:
+        """The likeliest candidates, most likely first, until ``mass`` is covered."""
+        order = sorted(range(1, self.count), key=lambda i: (-self.probabilities[i], i))
+        out: list[tuple[int, float]] = []
+        covered = 0.0
+        for i in order:
+            if covered >= mass or len(out) >= limit:
+                break
+            out.append((i, self.probabilities[i]))
+            covered += self.probabilities[i]
+        return tuple(out)
+
+    @property
+    def top_block(self) -> tuple[int, int, float]:
+        return max(self.blocks, key=lambda b: (b[2], -b[0]))
+
+    @property
+    def entropy(self) -> float:
+        return -sum(p * math.log2(p) for p in self.probabilities if p > 0)
+
+
+def tally(observations: Mapping[int, Sequence[Verdict | str]]) -> dict[int, Tally]:
+    out: dict[int, Tally] = {}
+    for i, seen in observations.items():
+        verdicts = [Verdict(v) for v in seen]
+        out[i] = Tally(
+            good=verdicts.count(Verdict.GOOD),
+            bad=verdicts.count(Verdict.BAD),
+            skip=verdicts.count(Verdict.SKIP),
+        )
+    return out
+
+
+def belief(
+    count: int,
+    observations: Mapping[int, Sequence[Verdict | str]],
+    prior: FlakePrior | None = None,
+) -> Belief:
+    """The posterior over the first bad index ``1..count-1`` given every recorded verdict."""
+    prior = prior or FlakePrior()
+    tallies = _checked(count, observations)
+    model = _Model(count, tallies, prior)
+    probs = model.posterior
+    return Belief(
+        count=count,
+        probabilities=tuple([0.0, *probs]),
+        false_fail=sum(p * r for p, r in zip(probs, model.fail_if_good, strict=True)),
+        false_pass=sum(p * (1 - r) for p, r in zip(probs, model.fail_if_bad, strict=True)),
+        blocks=_blocks(count, tallies, probs),
+        tallies=tallies,
+    )
+
+
+def default_budget(count: int) -> int:
+    """How many attempts one level may take before it gives up as low confidence.
+
+    Generous (several times a plain bisection) because a 30 % flaky example needs that many; a
+    deterministic one stops long before.
+    """
+    return 10 * max(1, math.ceil(math.log2(max(count, 2)))) + 30
+
+
+def decide(
+    count: int,
+    observations: Mapping[int, Sequence[Verdict | str]],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    budget: int | None = None,
+    prior: FlakePrior | None = None,
+    retest_endpoints: bool = True,
+) -> Decision:
+    """Found / Inconclusive when one block of candidates reaches ``confidence``; else what to test.
+
+    Indices 0 and ``count-1`` are the verified endpoints: the model takes them as good and bad,
+    and their runs only teach it the flake rates; ``retest_endpoints=False`` never offers them
+    (the user said to assume them). ``budget`` caps the attempts of the level.
+    """
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence must be between 0.5 and 1, got {confidence}")
+    prior = prior or FlakePrior()
+    tallies = _checked(count, observations)
+    model = _Model(count, tallies, prior)
+    blocks = _blocks(count, tallies, model.posterior)
+    first, last, mass = max(blocks, key=lambda b: (b[2], -b[0]))
+    if mass >= confidence:
+        return Found(first) if first == last else Inconclusive(first, last)
+    runs = sum(t.runs for t in tallies.values())
+    if budget is None:
+        budget = default_budget(count)
+    pick = None if runs >= budget else model.best_test(retest_endpoints)
+    if pick is None:
+        probs = (0.0, *model.posterior)
+        order = sorted(range(1, count), key=lambda i: (-probs[i], i))
+        ranked: list[tuple[int, float]] = []
+        covered = 0.0
+        for i in order:
+            if covered >= 0.99 or len(ranked) >= 10:
+                break
+            ranked.append((i, probs[i]))
+            covered += probs[i]
+        return LowConfidence(tuple(ranked))
+    return Test((pick,))
+
+
+def pair_verdict(
+    seen: Sequence[Verdict | str],
+    *,
+    false_fail: float,
+    false_pass: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+    tries: int = PAIR_TRIES,
+) -> Verdict | None:
+    """Judge one (pypto, simpler) pair from repeated runs, or None: run it again.
+
+    Used for the code/pointer halves of a bump, with the flake rates the first level estimated.
+    A skip decides at once (the pair cannot be built or run). After ``tries`` runs the likelier
+    verdict is returned even below the confidence.
+    """
+    verdicts = [Verdict(v) for v in seen]
+    if Verdict.SKIP in verdicts:
+        return Verdict.SKIP
+    if not verdicts:
+        return None
+    p_bad = pair_probability_bad(verdicts, false_fail=false_fail, false_pass=false_pass)
+    if p_bad >= confidence:
+        return Verdict.BAD
+    if 1 - p_bad >= confidence:
+        return Verdict.GOOD
+    if len(verdicts) >= tries:
+        return Verdict.BAD if p_bad >= 0.5 else Verdict.GOOD
+    return None
+
+
+def pair_probability_bad(
+    seen: Sequence[Verdict | str], *, false_fail: float, false_pass: float
+) -> float:
+    """P(the pair is truly bad | its runs), even prior odds, with the given error rates."""
+    ff = min(max(false_fail, 1e-6), 0.5)
+    fp = min(max(false_pass, 1e-6), 0.5)
+    verdicts = [Verdict(v) for v in seen]
+    fails, passes = verdicts.count(Verdict.BAD), verdicts.count(Verdict.GOOD)
+    log_bad = fails * math.log(1 - fp) + passes * math.log(fp)
+    log_good = fails * math.log(ff) + passes * math.log(1 - ff)
+    return 1 / (1 + math.exp(log_good - log_bad))
+
+
+EndpointState = Literal["confirmed", "failed", "again"]
+
+
+def endpoint_check(
+    seen: Sequence[Verdict | str], expected: Verdict, tries: int = ENDPOINT_TRIES
+) -> EndpointState:
+    """Whether an endpoint reproduces: one run with the expected verdict confirms it.
+
+    A flaky example must not stop the session at the start, so a contradicting run is repeated;
+    the endpoint fails only when ``tries`` runs all contradict it (or it cannot be tested at all).
+    """
+    verdicts = [Verdict(v) for v in seen]
+    if expected in verdicts:
+        return "confirmed"
+    if Verdict.SKIP in verdicts or len(verdicts) >= tries:
+        return "failed"
+    return "again"
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+class _Model:
+    """Counts per hypothesis, the posterior and each hypothesis' predictive fail rates.
+
+    Hypothesis ``h`` (1..count-1) = "index h is the first bad one": indices ``< h`` are good.
+    Lists are indexed by ``h - 1``.
+    """
+
+    def __init__(self, count: int, tallies: Mapping[int, Tally], prior: FlakePrior) -> None:
+        self.count = count
+        self.tallies = tallies
+        good = [tallies[i].good if i in tallies else 0 for i in range(count)]
+        bad = [tallies[i].bad if i in tallies else 0 for i in range(count)]
+        total_good, total_bad = sum(good), sum(bad)
+        log_weights: list[float] = []
+        self.fail_if_good: list[float] = []  # predictive P(fail) of an index before h
+        self.fail_if_bad: list[float] = []  # predictive P(fail) of an index at or after h
+        passes_before = fails_before = 0
+        for h in range(1, count):
+            passes_before += good[h - 1]
+            fails_before += bad[h - 1]
+            passes_after = total_good - passes_before
+            fails_after = total_bad - fails_before
+            # good side: errors are fails; bad side: errors are passes
+            ev = prior.evidence
+            log_good, error_good = _side(prior, fails_before + ev[0], passes_before + ev[1])
+            log_bad, error_bad = _side(prior, passes_after + ev[2], fails_after + ev[3])
+            log_weights.append(log_good + log_bad)
+            self.fail_if_good.append(error_good)
+            self.fail_if_bad.append(1 - error_bad)
+        top = max(log_weights)
+        weights = [math.exp(w - top) for w in log_weights]
+        total = sum(weights)
+        self.posterior = [w / total for w in weights]
+
+    def best_test(self, retest_endpoints: bool = True) -> int | None:
+        """The testable index with the largest expected information gain, or None if no test
+        can tell anything (every candidate index is untestable)."""
+        gains = self.gains()
+        testable = [
+            i
+            for i in range(self.count)
+            if self.tallies.get(i, Tally()).skip == 0
+            and (retest_endpoints or 0 < i < self.count - 1)
+        ]
+        if not testable:
+            return None
+        # Ties (common on a fresh, flat posterior) go to the index nearest the posterior median,
+        # then to one not tested yet, then to the lower index: deterministic, so replay agrees.
+        median = self._median()
+        best = max(
+            testable,
+            key=lambda i: (
+                round(gains[i], 12),
+                -abs(i - median),
+                -self.tallies.get(i, Tally()).runs,
+                -i,
+            ),
+        )
+        return best if gains[best] > 1e-9 else None
+
+    def _median(self) -> float:
+        cumulative = 0.0
+        for h, p in enumerate(self.posterior, start=1):
+            cumulative += p
+            if cumulative >= 0.5:
+                return h - 0.5  # between the last good (h-1) and the first bad (h)
+        return self.count - 1.5
+
+    def gains(self) -> list[float]:
+        """Expected entropy drop (bits) of one more run at each index ``0..count-1``.
+
+        Testing index i: hypotheses h <= i see a bad commit, h > i a good one; both the
+        outcome's probability and the posterior's entropy after it are prefix/suffix sums,
+        so all indices cost O(count) together.
+        """
+        p = self.posterior
+        n = len(p)
+        terms = []
+        for fail in (True, False):
+            if_bad = [
+                pi * (r if fail else 1 - r) for pi, r in zip(p, self.fail_if_bad, strict=True)
+            ]
+            if_good = [
+                pi * (r if fail else 1 - r) for pi, r in zip(p, self.fail_if_good, strict=True)
+            ]
+            terms.append((if_bad, if_good))
+        current = -sum(_xlogx(x) for x in p)
+        # prefix over "h <= i" uses if_bad, suffix over "h > i" uses if_good.
+        expected = [0.0] * self.count
+        for if_bad, if_good in terms:
+            prefix_w = [0.0] * (n + 1)
+            prefix_wl = [0.0] * (n + 1)
+            for k in range(n):
+                prefix_w[k + 1] = prefix_w[k] + if_bad[k]
+                prefix_wl[k + 1] = prefix_wl[k] + _xlogx(if_bad[k])
+            suffix_w = [0.0] * (n + 1)
+            suffix_wl = [0.0] * (n + 1)
+            for k in range(n - 1, -1, -1):
+                suffix_w[k] = suffix_w[k + 1] + if_good[k]
+                suffix_wl[k] = suffix_wl[k + 1] + _xlogx(if_good[k])
+            for i in range(self.count):
+                # hypotheses h = 1..i (list positions 0..i-1) are bad at index i
+                z = prefix_w[i] + suffix_w[i]
+                wl = prefix_wl[i] + suffix_wl[i]
+                # z * H(posterior | outcome) = z log z - sum w log w; the gain subtracts it
+                expected[i] += wl - _xlogx(z)
+        return [current + e for e in expected]
+
+
+def _xlogx(x: float) -> float:
+    return x * math.log2(x) if x > 0 else 0.0
+
+
+def _side(prior: FlakePrior, errors: int, correct: int) -> tuple[float, float]:
+    """Log marginal likelihood of one side's runs, and the predictive error rate of a new run."""
+    parts = []
+    for weight, (a, b) in ((1 - prior.high_weight, prior.low), (prior.high_weight, prior.high)):
+        if weight <= 0:
+            continue
+        log_ml = _log_beta(a + errors, b + correct) - _log_beta(a, b) + math.log(weight)
+        parts.append((log_ml, (a + errors) / (a + b + errors + correct)))
+    top = max(log_ml for log_ml, _ in parts)
+    scaled = [(math.exp(log_ml - top), rate) for log_ml, rate in parts]
+    total = sum(w for w, _ in scaled)
+    return top + math.log(total), sum(w * rate for w, rate in scaled) / total
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def _blocks(
+    count: int, tallies: Mapping[int, Tally], probs: Sequence[float]
+) -> tuple[tuple[int, int, float], ...]:
+    """Pool hypotheses h and h+1 when index h is untestable and has no verdict: no run tells
+    them apart."""
+    blocks: list[tuple[int, int, float]] = []
+    first, mass = 1, 0.0
+    for h in range(1, count):
+        mass += probs[h - 1]
+        t = tallies.get(h, Tally())
+        pooled = h < count - 1 and t.skip > 0 and t.good == 0 and t.bad == 0
+        if not pooled:
+            blocks.append((first, h, mass))
+            first, mass = h + 1, 0.0
+    return tuple(blocks)
+
+
+def _checked(count: int, observations: Mapping[int, Sequence[Verdict | str]]) -> dict[int, Tally]:
+    if count < 2:
+        raise ValueError(f"a bisect needs at least 2 candidates (good and bad), got count={count}")
+    for i in observations:
+        if not 0 <= i < count:
+            raise ValueError(f"verdict for index {i} is outside the candidates 0..{count - 1}")
+    return tally(observations)
