@@ -28,6 +28,8 @@ workdir = args[args.index("--workdir") + 1]
 code = int(os.environ["STAND_IN_EXIT"])
 with open(os.path.join(workdir, "argv.txt"), "w") as handle:
     handle.write("\\n".join(args))
+with open(os.path.join(workdir, "env.txt"), "w") as handle:
+    handle.write(os.environ.get("BISECT_PRECISION_REPEAT", "unset"))
 if code in (0, 1, 3):
     with open(os.path.join(workdir, "report.md"), "w") as handle:
         handle.write("# precision bisect report (exit %d)\\n" % code)
@@ -189,6 +191,7 @@ def test_a_rerun_with_the_same_inputs_resumes_in_the_same_persistent_workdir(tmp
 
     again = run_job(tmp_path, pypto, exit_code=0)
     other_device = run_job(tmp_path, pypto, exit_code=0, DEVICE="1")
+    repeated = run_job(tmp_path, pypto, exit_code=0, REPEAT="3")
 
     assert again.workdir() == first.workdir()
     assert first.workdir().is_relative_to(tmp_path / "home" / "state")
@@ -196,6 +199,9 @@ def test_a_rerun_with_the_same_inputs_resumes_in_the_same_persistent_workdir(tmp
     assert argv[argv.index("--bad") + 1] == first_head, "HEAD is resolved once per session"
     assert argv[argv.index("--cache-dir") + 1] == str(tmp_path / "home" / "state" / "cache")
     assert other_device.workdir() != first.workdir()
+    assert repeated.workdir() not in (first.workdir(), other_device.workdir())
+    assert (first.workdir() / "env.txt").read_text() == "unset"
+    assert (repeated.workdir() / "env.txt").read_text() == "3"
 
 
 def test_a_state_dir_inside_runner_temp_is_refused(tmp_path, pypto):

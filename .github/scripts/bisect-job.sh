@@ -5,7 +5,7 @@
 # bisects off one card on this machine, and the tool's exit code becomes an annotation.
 #
 # Environment: PYPTO_DIR LIB_DIR GOOD BAD SCRIPT PLATFORM DEVICE BASE_IMAGE (required);
-# PYPTO_REPOSITORY LIB_REPOSITORY DEVICE_MODE REPEAT CONFIG STATE_DIR TOOL (optional);
+# PYPTO_REPOSITORY LIB_REPOSITORY DEVICE_MODE CONFIDENCE REPEAT CONFIG STATE_DIR TOOL (optional);
 # GITHUB_OUTPUT GITHUB_STEP_SUMMARY (set by the runner; a file each).
 # Exit: 0 culprit found or inconclusive (a warning), else the tool's exit code.
 set -uo pipefail
@@ -45,7 +45,8 @@ fi
 
 # The same inputs give the same workdir: a rerun resumes the session its ledger holds.
 key="$(printf '%s\0' "${PYPTO_REPOSITORY:-}" "${LIB_REPOSITORY:-}" "$GOOD" "$BAD" "$SCRIPT" \
-    "$PLATFORM" "$DEVICE" "$BASE_IMAGE" "${DEVICE_MODE:-}" "${REPEAT:-}" "${CONFIG:-}" |
+    "$PLATFORM" "$DEVICE" "$BASE_IMAGE" "${DEVICE_MODE:-}" "${CONFIDENCE:-}" "${REPEAT:-}" \
+    "${CONFIG:-}" |
     sha256sum | cut -c1-16)"
 workdir="$state/sessions/$key"
 cache="$state/cache"
@@ -54,9 +55,10 @@ mkdir -p "$workdir/logs" "$cache" "$state/locks" || exit 4
     echo "workdir=$workdir"
     echo "key=$key"
 } >>"$GITHUB_OUTPUT"
-printf 'pypto_repository=%s\nlib_repository=%s\ngood=%s\nbad=%s\nscript=%s\nplatform=%s\ndevice=%s\nbase_image=%s\ndevice_mode=%s\nrepeat=%s\nconfig=%s\n' \
-    "${PYPTO_REPOSITORY:-}" "${LIB_REPOSITORY:-}" "$GOOD" "$BAD" "$SCRIPT" "$PLATFORM" \
-    "$DEVICE" "$BASE_IMAGE" "${DEVICE_MODE:-}" "${REPEAT:-}" "${CONFIG:-}" >"$workdir/inputs.txt"
+printf '%s\n' "pypto_repository=${PYPTO_REPOSITORY:-}" "lib_repository=${LIB_REPOSITORY:-}" \
+    "good=$GOOD" "bad=$BAD" "script=$SCRIPT" "platform=$PLATFORM" "device=$DEVICE" \
+    "base_image=$BASE_IMAGE" "device_mode=${DEVICE_MODE:-}" "confidence=${CONFIDENCE:-}" \
+    "repeat=${REPEAT:-}" "config=${CONFIG:-}" >"$workdir/inputs.txt"
 echo "session $key in $workdir (wheel cache $cache)"
 
 # A symbolic bad revision (HEAD, a branch) is resolved once and kept: new commits landing between
@@ -77,7 +79,9 @@ args=(run --pypto "$PYPTO_DIR" --lib "$LIB_DIR" --script "$SCRIPT" --good "$GOOD
     --platform "$PLATFORM" --device "$DEVICE" --base-image "$BASE_IMAGE"
     --workdir "$workdir" --cache-dir "$cache")
 if [ -n "${DEVICE_MODE:-}" ]; then args+=(--device-mode "$DEVICE_MODE"); fi
-if [ -n "${REPEAT:-}" ]; then args+=(--repeat "$REPEAT"); fi
+# Settings without a flag of their own reach the tool as BISECT_PRECISION_<KEY>.
+if [ -n "${CONFIDENCE:-}" ]; then export BISECT_PRECISION_CONFIDENCE="$CONFIDENCE"; fi
+if [ -n "${REPEAT:-}" ]; then export BISECT_PRECISION_REPEAT="$REPEAT"; fi
 if [ -n "${CONFIG:-}" ]; then args+=(--config "$CONFIG"); fi
 
 # One bisect per device on this machine, whichever repository or workflow started it.
