@@ -155,6 +155,9 @@ ROWS: dict[str, tuple[str, str, object]] = {
     "python": ("python3.12", 'python = "python3.12"', "python3.12"),
     "cpus": ("1.5", "cpus = 1.5", 1.5),
     "verify": ("false", "verify = false", False),
+    "confidence": ("0.99", "confidence = 0.99", 0.99),
+    "repeat": ("3", "repeat = 3", 3),
+    "policy": ("any-fail", 'policy = "any-fail"', "any-fail"),
     "verdict": ('{"bad": ["BOOM"]}', '[verdict]\nbad = ["BOOM"]', VerdictConfig(bad=["BOOM"])),
 }
 
