@@ -1,9 +1,9 @@
 """Every container the tool runs goes through here: create, stream logs, time out, always remove.
 
 A bisect runs dozens of containers for hours, often on a shared NPU host, so a container left
-behind is a real cost (it may hold an NPU). Hence every container carries two labels, one saying
-the tool made it and one naming the process that owns it, and is removed in a ``finally`` whatever
-happens; a SIGKILLed tool is cleaned up by the next run through `remove_stale_containers`.
+behind is a real cost (it may hold an NPU). Hence every container carries labels saying the tool
+made it and which process owns it, and is removed in a ``finally`` whatever happens; a SIGKILLed
+tool is cleaned up by the next run through `remove_stale_containers`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from runner.devices import Passthrough
 
 LABEL = "bisect-precision-docker"
-OWNER_LABEL = "bisect-precision-docker.owner"
+OWNER_LABEL = "bisect-precision-docker.owner"  # host:pid, for people and `docker ps --filter`
+RUN_LABEL = "bisect-precision-docker.run"  # a random token per process: what "mine" means
+PROCESS_LABEL = "bisect-precision-docker.process"  # pid namespace, boot and start time
 KIND_LABEL = "bisect-precision-docker.kind"
 
 LIB_MOUNT = "/bisect/lib"
@@ -97,18 +99,93 @@ def connect() -> docker.DockerClient:
     return client
 
 
-def process_owner() -> str:
-    """The owner label value of this process: stale-container cleanup needs host and pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+_RUN_TOKENS: dict[int, str] = {}
 
 
-def owner_is_alive(owner: str) -> bool | None:
-    """Whether the process named by an owner label still runs; None when it is not on this host."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) <= 0:
-        return None
+def _run_token() -> str:
+    """This process's token; a forked child is another owner and gets its own."""
+    return _RUN_TOKENS.setdefault(os.getpid(), uuid.uuid4().hex)
+
+
+def _read(path: str) -> str | None:
     try:
-        os.kill(int(pid), 0)
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot): a reused pid has another start time."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _process_identity(pid: int) -> str:
+    boot = _read("/proc/sys/kernel/random/boot_id") or "unknown"
+    return f"{_pid_namespace()};{boot};{_start_ticks(pid) or 'unknown'}"
+
+
+def process_owner() -> dict[str, str]:
+    """The owner labels of this process's containers.
+
+    Host and pid alone name a process only inside one PID namespace: two containerised CI
+    runners on one host (host networking, same hostname) would take each other's live
+    containers for stale ones. So the labels also carry a per-process token (what
+    `remove_own_containers` removes) and the PID namespace, boot and start time that
+    `owner_is_alive` needs before it may call an owner gone.
+    """
+    return {
+        OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}",
+        RUN_LABEL: _run_token(),
+        PROCESS_LABEL: _process_identity(os.getpid()),
+    }
+
+
+def owner_is_alive(labels: Mapping[str, str]) -> bool | None:
+    """Whether the process that owns a container with these labels still runs.
+
+    None when this process cannot know: another host, another PID namespace, another boot, or
+    labels it cannot read. Only False (gone for sure) makes a container stale.
+    """
+    host, _, pid_text = labels.get(OWNER_LABEL, "").rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) <= 0:
+        return None
+    pid = int(pid_text)
+    identity = labels.get(PROCESS_LABEL)
+    if identity is None:
+        return _pid_answers(pid)  # labelled by an earlier version: host and pid only
+    namespace, boot, started = [*identity.split(";"), "", "", ""][:3]
+    here = _pid_namespace()
+    if "unknown" in (namespace, here) or namespace != here:
+        return None
+    if boot != (_read("/proc/sys/kernel/random/boot_id") or "unknown"):
+        return None if boot == "unknown" else False  # the machine restarted since
+    if not _pid_answers(pid):
+        return False
+    try:
+        proc_is_ours = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        proc_is_ours = False
+    now = _start_ticks(pid) if proc_is_ours else None
+    if now is None or started in ("", "unknown"):
+        return True  # /proc shows another namespace's pids: trust the signal check
+    return now == started  # False: the pid now belongs to another process, the owner is gone
+
+
+def _pid_answers(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -155,12 +232,12 @@ def run_container(
         _remove(client, container, name, quiet=failing)
 
 
-def tool_containers(client: docker.DockerClient, *, owner: str | None = None) -> list[Container]:
-    """Containers of this tool in any state, optionally of one owner.
+def tool_containers(client: docker.DockerClient, *, run: str | None = None) -> list[Container]:
+    """Containers of this tool in any state, optionally of one run (a `RUN_LABEL` token).
 
     Other runs remove containers concurrently, so one vanishing mid-listing is not an error.
     """
-    labels = [f"{LABEL}=1"] if owner is None else [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]
+    labels = [f"{LABEL}=1"] if run is None else [f"{LABEL}=1", f"{RUN_LABEL}={run}"]
     return client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
 
 
@@ -173,8 +250,7 @@ def remove_stale_containers(client: docker.DockerClient) -> list[str]:
     removed: list[str] = []
     try:
         for container in tool_containers(client):
-            owner = container.labels.get(OWNER_LABEL, "")
-            if owner_is_alive(owner) is not False:
+            if owner_is_alive(container.labels) is not False:
                 continue
             try:
                 container.remove(force=True)
@@ -191,9 +267,9 @@ def remove_stale_containers(client: docker.DockerClient) -> list[str]:
 
 def remove_own_containers(client: docker.DockerClient) -> None:
     """Remove every container this process still owns (for signal handlers and atexit)."""
-    owner = process_owner()
+    token = _run_token()
     try:
-        for container in tool_containers(client, owner=owner):
+        for container in tool_containers(client, run=token):
             try:
                 container.remove(force=True)
             except docker.errors.NotFound:
@@ -201,7 +277,7 @@ def remove_own_containers(client: docker.DockerClient) -> None:
     except _ENGINE_ERRORS as exc:
         raise InfrastructureError(
             f"could not remove the containers of this run ({_one_line(exc)}); remove them with "
-            f"`docker rm -f $(docker ps -aq --filter label={OWNER_LABEL}={owner})`"
+            f"`docker rm -f $(docker ps -aq --filter label={RUN_LABEL}={token})`"
         ) from exc
 
 
@@ -340,7 +416,7 @@ def _create_arguments(spec: ContainerSpec, name: str) -> dict[str, Any]:
         "name": name,
         "detach": True,
         "environment": dict(spec.environment),
-        "labels": {**spec.labels, LABEL: "1", OWNER_LABEL: process_owner()},
+        "labels": {**spec.labels, LABEL: "1", **process_owner()},
         "mounts": [
             docker.types.Mount(
                 target=mount.container, source=mount.host, type="bind", read_only=mount.read_only

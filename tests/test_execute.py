@@ -11,6 +11,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ from runner.execute import (
     LABEL,
     LIB_MOUNT,
     OWNER_LABEL,
+    PROCESS_LABEL,
+    RUN_LABEL,
     RUN_MOUNT,
     ContainerSpec,
     ExampleRun,
@@ -45,7 +48,7 @@ docker_test = pytest.mark.docker
 
 def labelled_containers(client: docker.DockerClient) -> list[str]:
     """Containers this test process owns right now."""
-    return [container.name for container in tool_containers(client, owner=process_owner())]
+    return [container.name for container in tool_containers(client, run=process_owner()[RUN_LABEL])]
 
 
 def shell(image: str, script: str, **fields: object) -> ContainerSpec:
@@ -290,51 +293,114 @@ def dead_pid() -> int:
     return child.pid
 
 
-def started_container(client: docker.DockerClient, image: str, owner: str):
+def started_container(client: docker.DockerClient, image: str, labels: dict[str, str]):
     container = client.containers.create(
-        image,
-        ["sleep", "60"],
-        labels={LABEL: "1", OWNER_LABEL: owner},
-        network_mode="none",
+        image, ["sleep", "60"], labels={LABEL: "1", **labels}, network_mode="none"
     )
     container.start()
     return container
 
 
-@docker_test
-def test_stale_containers_of_dead_processes_are_removed_and_others_kept(docker_client, base_image):
-    host = socket.gethostname()
-    stale = started_container(docker_client, base_image, f"{host}:{dead_pid()}")
-    mine = started_container(docker_client, base_image, process_owner())
-    elsewhere = started_container(docker_client, base_image, f"other-host-{host}:{dead_pid()}")
-    try:
-        removed = remove_stale_containers(docker_client)
+def owner(**changes: str) -> dict[str, str]:
+    """This process's owner labels, with some changed to describe another process."""
+    labels = process_owner()
+    labels[RUN_LABEL] = "another-run"
+    namespace, boot, started = labels[PROCESS_LABEL].split(";")
+    parts = {"namespace": namespace, "boot": boot, "started": started}
+    for key in ("namespace", "boot", "started"):
+        parts[key] = changes.pop(key, parts[key])
+    labels[PROCESS_LABEL] = ";".join(parts.values())
+    if "pid" in changes:
+        labels[OWNER_LABEL] = f"{changes.pop('host', socket.gethostname())}:{changes.pop('pid')}"
+    assert not changes
+    return labels
 
-        assert stale.name in removed
-        assert mine.name not in removed
-        assert elsewhere.name not in removed
-        with pytest.raises(docker.errors.NotFound):
-            docker_client.containers.get(stale.id)
-        docker_client.containers.get(mine.id)
-        docker_client.containers.get(elsewhere.id)
+
+@docker_test
+def test_only_containers_of_runs_that_are_really_gone_are_removed(docker_client, base_image):
+    host = socket.gethostname()
+    containers = {
+        "dead": owner(pid=str(dead_pid())),
+        "pid reused by another process": owner(pid=str(os.getpid()), started="1"),
+        "before a reboot": owner(pid=str(os.getpid()), boot="another-boot"),
+        "labelled by an earlier version, dead": {OWNER_LABEL: f"{host}:{dead_pid()}"},
+        "mine": process_owner(),
+        "another host": owner(pid=str(dead_pid()), host=f"other-{host}"),
+        "another PID namespace": owner(pid=str(dead_pid()), namespace="pid:[1]"),
+    }
+    started = {
+        what: started_container(docker_client, base_image, labels)
+        for what, labels in containers.items()
+    }
+    gone = {
+        "dead",
+        "pid reused by another process",
+        "before a reboot",
+        "labelled by an earlier version, dead",
+    }
+    try:
+        removed = set(remove_stale_containers(docker_client))
+
+        assert {what for what, c in started.items() if c.name in removed} == gone
+        for what, container in started.items():
+            if what in gone:
+                with pytest.raises(docker.errors.NotFound):
+                    docker_client.containers.get(container.id)
+            else:
+                docker_client.containers.get(container.id)
     finally:
-        for container in (stale, mine, elsewhere):
+        for container in started.values():
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
+
+
+def in_new_pid_namespace(code: str) -> subprocess.CompletedProcess[str]:
+    """Run Python `code` in a new PID namespace, as a containerised CI runner would."""
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
+    if os.geteuid() != 0:
+        prefix.insert(1, "--map-root-user")
+        prefix.insert(1, "--user")
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+
+
+@docker_test
+def test_a_run_in_another_pid_namespace_keeps_this_runs_live_containers(docker_client, base_image):
+    mine = started_container(docker_client, base_image, process_owner())
+    try:
+        other = in_new_pid_namespace(
+            "import os\n"
+            "from runner.execute import connect, process_owner, remove_stale_containers\n"
+            "print(os.getpid(), process_owner())\n"
+            "print('removed', remove_stale_containers(connect()))\n"
+        )
+        assert other.returncode == 0, other.stderr
+        assert "removed" in other.stdout and mine.name not in other.stdout, other.stdout
+        docker_client.containers.get(mine.id)  # still there
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            mine.remove(force=True)
 
 
 @docker_test
 def test_remove_own_containers_removes_only_this_process_containers(docker_client, base_image):
     mine = started_container(docker_client, base_image, process_owner())
-    foreign = started_container(docker_client, base_image, f"{socket.gethostname()}:1")
+    same_pid_elsewhere = started_container(
+        docker_client, base_image, owner(pid=str(os.getpid()), namespace="pid:[1]")
+    )
     try:
         remove_own_containers(docker_client)
 
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(mine.id)
-        docker_client.containers.get(foreign.id)
+        docker_client.containers.get(same_pid_elsewhere.id)
     finally:
-        for container in (mine, foreign):
+        for container in (mine, same_pid_elsewhere):
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
 
