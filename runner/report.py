@@ -15,7 +15,8 @@ from typing import Any
 
 from runner.history import Change, CommitInfo
 from runner.ledger import Attempt, LedgerDocument
-from runner.session import Outcome, describe_split
+from runner.search import Verdict
+from runner.session import LevelResult, Outcome, describe_split
 from runner.triage import Triage
 
 REPORT_SCHEMA_VERSION = 1
@@ -141,6 +142,78 @@ def _step(attempt: Attempt) -> dict[str, Any]:
     }
 
 
+def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
+    """How sure a level is: per tested commit its pass/fail counts, the culprit's probability
+    and the runner-up, the estimated flake rates, and the candidates when it stayed unsure."""
+    if level is None:
+        return None
+    tested = []
+    for index, seen in sorted(level.observations.items()):
+        tested.append(
+            {
+                "sha": level.candidates[index],
+                "index": index,
+                "passes": seen.count(Verdict.GOOD),
+                "fails": seen.count(Verdict.BAD),
+                "skips": seen.count(Verdict.SKIP),
+            }
+        )
+    data: dict[str, Any] = {
+        "mode": "confidence" if level.repeat is None else f"repeat {level.repeat} {level.policy}",
+        "probability": level.probability,
+        "runner_up": None,
+        "false_fail": None,
+        "false_pass": None,
+        "tested": tested,
+        "low_confidence": None,
+    }
+    runner_up = level.runner_up
+    if runner_up is not None:
+        data["runner_up"] = {"sha": runner_up[0], "probability": runner_up[1]}
+    if level.belief is not None:
+        data["false_fail"] = level.belief.false_fail
+        data["false_pass"] = level.belief.false_pass
+    if level.low_confidence is not None:
+        data["low_confidence"] = [
+            {"sha": level.candidates[i], "probability": p} for i, p in level.low_confidence
+        ]
+    return data
+
+
+def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, CommitInfo]) -> list[str]:
+    lines: list[str] = []
+    for name in ("pypto", "simpler"):
+        level = data.get(name)
+        if not level:
+            continue
+        lines += [f"### {name} level ({level['mode']})", ""]
+        if level["probability"] is not None:
+            lines.append(f"- culprit probability: {level['probability']:.1%}")
+        if level["runner_up"]:
+            up = level["runner_up"]
+            lines.append(f"- runner-up: `{up['sha'][:12]}` {up['probability']:.1%}")
+        if level["false_fail"] is not None:
+            lines.append(
+                f"- estimated flake rates: false fail {level['false_fail']:.1%}, "
+                f"false pass {level['false_pass']:.1%}"
+            )
+        if level["low_confidence"]:
+            listed = ", ".join(
+                f"`{c['sha'][:12]}` {c['probability']:.1%}" for c in level["low_confidence"]
+            )
+            lines.append(f"- inconclusive: low confidence; candidates: {listed}")
+        lines += ["", "| commit | subject | passes | fails | skips |", "|---|---|---|---|---|"]
+        for row in level["tested"]:
+            info = subjects.get(row["sha"])
+            subject = (info.subject if info else "").replace("|", "\\|")[:60]
+            lines.append(
+                f"| `{row['sha'][:12]}` | {subject} | {row['passes']} | {row['fails']} | "
+                f"{row['skips']} |"
+            )
+        lines.append("")
+    return lines
+
+
 def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
     pypto = outcome.pypto
     simpler = outcome.simpler
@@ -163,6 +236,11 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "simpler": None,
         "triage": None,
         "notes": list(outcome.notes),
+        "confidence": {
+            "threshold": outcome.confidence,
+            "pypto": _confidence(pypto),
+            "simpler": _confidence(simpler),
+        },
         "steps": [_step(a) for a in doc.attempts],
         "stats": _stats(doc, facts.wall_s),
         "reproduce": facts.reproduce,
@@ -201,6 +279,14 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     if not outcome.finished:
         return "The bisect is not finished yet: rerun the same `run` command to continue."
     pypto = outcome.pypto
+    if pypto.low_confidence is not None:
+        listed = ", ".join(
+            f"{pypto.candidates[i][:12]} ({p:.0%})" for i, p in pypto.low_confidence[:3]
+        )
+        return (
+            f"Inconclusive: low confidence: no pypto commit reached {outcome.confidence:.0%}; "
+            f"the likeliest are {listed}."
+        )
     if outcome.source == "inconclusive" and pypto.found is None:
         return (
             f"Inconclusive: untestable commits border the culprit; it is one of "
@@ -319,6 +405,9 @@ def build_markdown(
             lines += ["## Candidate simpler commits", ""]
             lines += [f"- `{sha}`" for sha in outcome.simpler.suspects]
             lines.append("")
+    if data["confidence"]["pypto"] is not None:
+        lines += ["## Confidence", ""]
+        lines += _confidence_lines(data["confidence"], facts.commits)
     for note in outcome.notes:
         lines.append(f"> {note}")
     if outcome.notes:

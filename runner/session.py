@@ -218,6 +218,7 @@ class Outcome:
     pending: Pending | None = None  # replay stopped here: the bisect is not finished
     endpoint_failure: str | None = None  # an endpoint did not reproduce: nothing was bisected
     merge_base_index: int = -1  # diverged pointers: where the path turns from backward to forward
+    confidence: float = DEFAULT_CONFIDENCE  # the probability a culprit had to reach
 
     @property
     def finished(self) -> bool:
@@ -403,11 +404,13 @@ class Session:
         self._gitlinks.update(self.history.gitlinks(first.candidates, self.path))
         self._partial = Outcome("inconclusive", first)
         try:
-            return self._run(first)
+            outcome = self._run(first)
         except Pending as pending:
             # Replay ran out of recorded verdicts: report how far the session got, levels included.
             self._partial.pending = pending
-            return self._partial
+            outcome = self._partial
+        outcome.confidence = self.confidence
+        return outcome
 
     def _run(self, first: LevelResult) -> Outcome:
         self.events.level_started("pypto", len(first.candidates) - 1, "pypto first-parent commits")

@@ -48,6 +48,10 @@ BACKWARD = SampleSpec(
 )
 
 
+# The confidence search re-tests the boundary until the culprit reaches 95 %.
+EXTRA = 3
+
+
 def max_tests(commits: int) -> int:
     return math.ceil(math.log2(commits))
 
@@ -63,7 +67,8 @@ def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisec
     assert report["source"] == "pypto"
     assert report["pypto"]["first_bad"] == sample.pypto_shas[5]
     assert report["simpler"] is None
-    assert report["stats"]["tests"] <= max_tests(8) + 2
+    assert report["stats"]["tests"] <= max_tests(8) + 2 + EXTRA
+    assert report["confidence"]["pypto"]["probability"] >= 0.95
     assert report["triage"]["status"] == "changed"
     assert (checkout_state(sample.pypto), checkout_state(sample.lib)) == before
     md = (tmp_path / "work" / "report.md").read_text()
@@ -87,7 +92,7 @@ def test_a_regression_in_a_simpler_commit_inside_a_bump_is_found_at_the_simpler_
     assert report["simpler"]["direction"] == "forward"
     assert report["triage"]["status"] == "identical"
     simpler_tests = [s for s in report["steps"] if s["level"] == "simpler"]
-    assert len(simpler_tests) <= max_tests(4)
+    assert len(simpler_tests) <= max_tests(4) + EXTRA
     assert report["stats"]["builds"]["simpler"] <= len(report["steps"])
 
 
@@ -159,7 +164,31 @@ def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect
     assert len(result.stderr.strip().splitlines()) == 1
     report = json.loads((tmp_path / "work" / "report.json").read_text())
     assert report["exit_code"] == 3 and report["pypto"]["first_bad"] is None
-    assert len(report["steps"]) == 1, "nothing is bisected once an endpoint fails"
+    steps = report["steps"]
+    assert steps and {s["pypto"] for s in steps} == {sample.pypto_shas[6]}, (
+        "nothing is bisected once an endpoint fails; only the endpoint is re-run"
+    )
+
+
+FLAKY = ("SAMPLE_FALSE_FAIL=0.1", "SAMPLE_FALSE_PASS=0.1", "SAMPLE_FLAKE_SEED=8")
+
+
+def test_an_example_that_lies_ten_percent_of_the_time_still_names_the_culprit_with_confidence(
+    sample_factory, bisect
+):
+    sample = sample_factory(PYPTO_REGRESSION)
+    flags = [arg for env in FLAKY for arg in ("--run-env", env)]
+
+    result = bisect(sample, *flags)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[5]
+    confidence = report["confidence"]["pypto"]
+    assert confidence["probability"] >= 0.95
+    assert confidence["runner_up"]["probability"] < 0.05
+    counts = {row["sha"]: (row["passes"], row["fails"]) for row in confidence["tested"]}
+    assert sum(p + f for p, f in counts.values()) == len(report["steps"])
 
 
 def _attempts(workdir: Path) -> list[dict]:
@@ -191,6 +220,8 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     assert status.json()["finished"] is False
     assert status.json()["attempts"] == len(recorded)
 
+    pending = status.json()["state"]
+
     result = cli(*run_args(sample, workdir, cache), "--json")
 
     assert result.returncode == 0, result.stderr
@@ -198,8 +229,11 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     assert report["simpler"]["culprit"] == sample.simpler_shas[3]
     after = _attempts(workdir)
     assert after[: len(recorded)] == recorded
-    pairs = [(a["pypto_sha"], a["simpler_sha"]) for a in after]
-    assert len(pairs) == len(set(pairs)), "a recorded step was run again"
+    resumed = after[len(recorded)]
+    assert (
+        f"of {resumed['pypto_sha'][:12]} with simpler {(resumed['simpler_sha'] or 'none')[:12]}"
+        in pending
+    ), "the resumed run went on with another test than the one status said was next"
     built_before = {
         (package, a["pypto_sha"] if package == "pypto" else a["simpler_sha"])
         for a in recorded

@@ -143,6 +143,7 @@ def write_lib(root: Path) -> None:
 
         import argparse
         import os
+        import random
         import stat
         import sys
         import time
@@ -154,6 +155,22 @@ def write_lib(root: Path) -> None:
         GOLDEN = sum(VALUES) / len(VALUES)
         RTOL = 1e-5
         ATOL = 1e-6
+
+
+        def flake():
+            """Make the golden comparison lie now and then, as it does on hardware.
+
+            SAMPLE_FALSE_FAIL / SAMPLE_FALSE_PASS are the chances that a good run reports a mismatch
+            and a bad run a pass; SAMPLE_FLAKE_SEED seeds the draws (mixed with the clock, so every
+            run draws anew while two experiments with other seeds differ).
+            """
+            false_fail = float(os.environ.get("SAMPLE_FALSE_FAIL") or 0)
+            false_pass = float(os.environ.get("SAMPLE_FALSE_PASS") or 0)
+            if not (false_fail or false_pass):
+                return None
+            seed = os.environ.get("SAMPLE_FLAKE_SEED", "0")
+            draw = random.Random(f"{seed}:{time.time_ns()}:{os.getpid()}").random()
+            return draw, false_fail, false_pass
 
 
         def emit_generated_code(name):
@@ -196,7 +213,15 @@ def write_lib(root: Path) -> None:
             out = pypto.mean(VALUES)
             diff = abs(out - GOLDEN)
             tol = ATOL + RTOL * abs(GOLDEN)
-            if diff <= tol:
+            passed = diff <= tol
+            lie = flake()
+            if lie is not None:
+                draw, false_fail, false_pass = lie
+                if passed and draw < false_fail:
+                    passed, diff = False, tol * 3
+                elif not passed and draw < false_pass:
+                    passed = True
+            if passed:
                 print("[RUN]   'out' PASS  shape=(1,) dtype=float32", flush=True)
                 print(f"[RUN] PASS ({time.time() - started:.2f}s)", flush=True)
                 return 0
