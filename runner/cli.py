@@ -147,7 +147,7 @@ SessionOpt = Annotated[
     str | None,
     typer.Option(
         metavar="NAME",
-        help="An earlier session: a backup ledger's name or timestamp (see `status --sessions`).",
+        help="An earlier session of the workdir, by the name `status` lists.",
     ),
 ]
 
@@ -448,14 +448,19 @@ def _workdir(workdir: Path | None) -> Path:
 def status(
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
+    session: SessionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
     """Where a bisect stands: the range per level, steps done and left, the last verdicts."""
-    from runner.workflow import replay
+    from runner.ledger import earlier_sessions
+    from runner.workflow import ledger_path, replay
 
     with guarded():
-        state = replay(_workdir(workdir), cache_dir)
+        root = _workdir(workdir)
+        state = replay(root, cache_dir, session)
         data = _status_data(state)
+        data["session"] = session
+        data["earlier_sessions"] = list(earlier_sessions(ledger_path(root.resolve())))
     if json_out:
         OUT.print_json(data=data)
         return
@@ -471,6 +476,8 @@ def status(
             f"  {step['verdict']:4} {step['level']:7} pypto {step['pypto'][:12]} "
             f"simpler {(step['simpler'] or 'none')[:12]} {step['reason']}"
         )
+    if data["earlier_sessions"]:
+        OUT.print(f"earlier sessions (--session NAME): {', '.join(data['earlier_sessions'])}")
 
 
 def _status_data(state: Any) -> dict:
@@ -525,13 +532,15 @@ def _status_data(state: Any) -> dict:
 def report(
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
+    session: SessionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print report.json instead.")] = False,
 ) -> None:
-    """Rewrite report.md and report.json from the ledger and print the report."""
+    """Rewrite report.md and report.json from the ledger and print the report (an earlier
+    session's go to sessions/NAME/ in the workdir)."""
     from runner.workflow import rewrite_reports
 
     with guarded():
-        result = rewrite_reports(_workdir(workdir), cache_dir)
+        result = rewrite_reports(_workdir(workdir), cache_dir, session)
     if json_out:
         OUT.print_json(data=result.report)
     else:
@@ -539,13 +548,14 @@ def report(
 
 
 @app.command()
-def log(workdir: WorkdirOpt = None) -> None:
+def log(workdir: WorkdirOpt = None, session: SessionOpt = None) -> None:
     """Print the first level as a `git bisect log` that `git bisect replay` accepts."""
-    from runner.ledger import Ledger, to_git_bisect_log
+    from runner.ledger import Ledger, earlier_session, to_git_bisect_log
     from runner.workflow import ledger_path
 
     with guarded():
-        document = Ledger.read(ledger_path(_workdir(workdir).resolve()))
+        path = ledger_path(_workdir(workdir).resolve())
+        document = Ledger.read(path if session is None else earlier_session(path, session))
     OUT.print(to_git_bisect_log(document), markup=False, end="")
 
 
@@ -625,6 +635,21 @@ def cache_ls(
     OUT.print(f"{len(rows)} entries, {sum(r['size'] for r in rows) / 1e6:.2f} MB in {cache.root}")
 
 
+def _confirm_remove_all(cache: Any) -> bool:
+    """Only a person at a terminal can say yes; a script must say --all."""
+    if not sys.stdin.isatty():
+        raise BadInput(
+            "cache prune without --max-size would remove every cached wheel: "
+            "pass --all to do that, or --max-size SIZE to keep the most recent"
+        )
+    entries = len(cache.entries())
+    return typer.confirm(
+        f"remove all {entries} entries ({cache.size() / 1e6:.2f} MB) from {cache.root}?",
+        default=False,
+        err=True,
+    )
+
+
 @cache_app.command("prune")
 def cache_prune(
     cache_dir: CacheOpt = None,
@@ -635,14 +660,22 @@ def cache_prune(
     failures: Annotated[
         bool, typer.Option("--failures", help="Forget recorded build failures only.")
     ] = False,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Remove every entry without asking.")
+    ] = False,
 ) -> None:
-    """Remove least recently used entries until the cache fits --max-size (all without it)."""
+    """Remove least recently used entries until the cache fits --max-size; removing everything
+    needs --all, or a yes at the prompt."""
     with guarded():
         cache = _cache(cache_dir)
         if failures:
             removed = cache.remove_failures()
         else:
-            removed = cache.prune(_size(max_size) if max_size is not None else None)
+            limit = _size(max_size) if max_size is not None else None
+            if limit is None and not everything and not _confirm_remove_all(cache):
+                OUT.print("nothing removed")
+                raise typer.Exit(1)
+            removed = cache.prune(limit)
     OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB left")
 
 

@@ -12,9 +12,11 @@ import contextlib
 import errno
 import json
 import os
+import re
 import tempfile
-from collections.abc import Mapping
-from datetime import datetime, timezone
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Annotated, Any, Literal
@@ -101,6 +103,13 @@ class Attempt(_Strict):
     export_s: float = 0.0
 
 
+class Invocation(_Strict):
+    """One `run` of the session (resumes included): the session's wall time is their sum."""
+
+    started_at: datetime
+    wall_s: float
+
+
 class LedgerDocument(_Strict):
     """The whole file. Attempts are kept in the order they were recorded."""
 
@@ -110,6 +119,14 @@ class LedgerDocument(_Strict):
     created_at: datetime
     inputs: SessionInputs
     attempts: list[Attempt] = []
+    invocations: list[Invocation] = []
+
+    @property
+    def wall_s(self) -> float | None:
+        """The session's wall time over every invocation; None for a ledger that predates it."""
+        if not self.invocations:
+            return None
+        return sum(invocation.wall_s for invocation in self.invocations)
 
     @model_validator(mode="after")
     def _run_ids_are_unique(self) -> LedgerDocument:
@@ -140,10 +157,15 @@ class LedgerDocument(_Strict):
 class Ledger:
     """An open, locked ledger. Use :meth:`open`; close it (or use ``with``) to release the lock."""
 
-    def __init__(self, path: Path, lock: FileLock, document: LedgerDocument) -> None:
+    def __init__(
+        self, path: Path, lock: FileLock, document: LedgerDocument, backup: Path | None = None
+    ) -> None:
         self._path = path
         self._lock: FileLock | None = lock
         self._document = document
+        self.backup = backup
+        """Where `--new-session` moved the earlier session's ledger, if it did."""
+        self._invocation: float | None = None
 
     @classmethod
     def open(
@@ -184,9 +206,10 @@ class Ledger:
         try:
             _remove_stale_temp_files(path)
             document: LedgerDocument | None = None
+            backup: Path | None = None
             if path.exists() or path.is_symlink():
                 if new_session:
-                    _back_up(path)
+                    backup = _back_up(path)
                 else:
                     document = _load(path)
                     _check_same_session(path, document.inputs, inputs)
@@ -197,7 +220,7 @@ class Ledger:
                     inputs=inputs.model_copy(deep=True),
                 )
                 _atomic_write(path, _serialize(document))
-            return cls(path, lock, document)
+            return cls(path, lock, document, backup)
         except BaseException:
             lock.release()
             raise
@@ -247,11 +270,38 @@ class Ledger:
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
         return self._document.find(pypto_sha, simpler_sha)
 
+    def start_invocation(self, started: float) -> None:
+        """Count this invocation from ``started`` (``time.monotonic()``) until it is finished."""
+        self._invocation = started
+
+    def finish_invocation(self) -> float:
+        """Add this invocation's wall time to the session's and persist it; returns it.
+
+        `close` finishes an invocation nobody finished (an interrupt, an infrastructure
+        failure), so the session's wall time counts every minute spent on it.
+        """
+        self._require_open()
+        if self._invocation is None:
+            return 0.0
+        wall_s = time.monotonic() - self._invocation
+        self._invocation = None
+        started_at = datetime.now(timezone.utc) - timedelta(seconds=wall_s)
+        entry = Invocation(started_at=started_at, wall_s=round(wall_s, 3))
+        candidate = self._document.model_copy(
+            update={"invocations": [*self._document.invocations, entry]}
+        )
+        _atomic_write(self._path, _serialize(candidate))
+        self._document = candidate
+        return wall_s
+
     def attempts_for(self, level: Level) -> list[Attempt]:
         return [attempt for attempt in self._document.attempts if attempt.level == level]
 
     def close(self) -> None:
         """Release the lock; the document stays readable, but nothing more can be recorded."""
+        if self._lock is not None and self._invocation is not None:
+            with contextlib.suppress(InfrastructureError):
+                self.finish_invocation()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -272,8 +322,13 @@ class Ledger:
             raise LedgerError(f"ledger {self._path} is closed; open it again to record attempts")
 
 
-def to_git_bisect_log(doc: LedgerDocument, subjects: Mapping[str, str] | None = None) -> str:
+def to_git_bisect_log(
+    doc: LedgerDocument, subjects: Mapping[str, str] | None = None, *, first_parent: bool = True
+) -> str:
     """A ``git bisect log`` of the pypto-level attempts, for ``git bisect replay``.
+
+    The pypto level searches the first-parent chain, so the log starts with ``--first-parent``:
+    without it git would also offer the commits of merged branches, and replay another search.
 
     Each commit appears once, with its latest verdict (as :meth:`Ledger.find` would reuse it), at
     the place that verdict was recorded: git keeps only one bad ref but a good ref per commit, so
@@ -293,11 +348,65 @@ def to_git_bisect_log(doc: LedgerDocument, subjects: Mapping[str, str] | None = 
         subject = subjects.get(sha, "").splitlines()
         return f"# {term}: [{sha}] {subject[0]}" if subject else f"# {term}: [{sha}]"
 
-    lines = [comment("bad", bad), comment("good", good), f"git bisect start '{bad}' '{good}'"]
+    option = "'--first-parent' " if first_parent else ""
+    lines = [
+        comment("bad", bad),
+        comment("good", good),
+        f"git bisect start {option}'{bad}' '{good}'",
+    ]
     for sha, attempt in latest.items():
         term = attempt.verdict.value
         lines += [comment(term, sha), f"git bisect {term} {sha}"]
     return "\n".join(lines) + "\n"
+
+
+_RUN_NUMBER = re.compile(r"^(\d+)-")
+
+
+def claim_run_dir(runs: Path, name: str, taken: Iterable[str] = ()) -> tuple[str, Path]:
+    """Create a run folder ``NNN-<name>`` that no session of this workdir has used.
+
+    Numbers continue after the highest one in ``runs`` and in ``taken`` (the ledger's run ids), and
+    the folder is made exclusively: a folder is never reused or emptied, so the backup ledger of an
+    earlier session, and an attempt retried after an infrastructure fault, keep their evidence.
+    """
+    runs.mkdir(parents=True, exist_ok=True)
+    names = [*os.listdir(runs), *taken]
+    number = max((int(m.group(1)) for n in names if (m := _RUN_NUMBER.match(n))), default=0)
+    while True:
+        number += 1
+        run_id = f"{number:03d}-{name}"
+        try:
+            (runs / run_id).mkdir()
+        except FileExistsError:
+            continue
+        return run_id, runs / run_id
+
+
+def earlier_sessions(path: Path) -> dict[str, Path]:
+    """The backups `--new-session` made of the ledger at ``path``, by session name, oldest first."""
+    prefix, suffix = f"{path.name}.", ".bak"
+    found = {
+        backup.name[len(prefix) : -len(suffix)]: backup
+        for backup in path.parent.glob(f"{path.name}.*{suffix}")
+    }
+    return dict(sorted(found.items()))
+
+
+def earlier_session(path: Path, name: str) -> Path:
+    """The backup ledger called ``name``: its timestamp, its file name or its path."""
+    sessions = earlier_sessions(path)
+    key = Path(name).name.removeprefix(f"{path.name}.").removesuffix(".bak")
+    if key in sessions:
+        return sessions[key]
+    known = ", ".join(sessions) or "none"
+    raise LedgerError(f"no earlier session {name!r} in {path.parent} (earlier sessions: {known})")
+
+
+def session_copy(backup: Path, name: str) -> Path:
+    """Where a file of the session backed up as ``backup`` is kept, e.g. its settings.json."""
+    stamp = backup.name.split(".")[-2]
+    return backup.with_name(f"{name}.{stamp}.bak")
 
 
 def _lock_path(path: Path) -> Path:

@@ -40,7 +40,8 @@ class ReportFacts:
     triage: Triage | None = None
     reproduce: str = ""
     bisect_log: str = ""
-    wall_s: float | None = None
+    wall_s: float | None = None  # the session's, over every invocation
+    invocation_s: float | None = None  # this invocation's; None when no bisect ran (`report`)
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -79,7 +80,9 @@ def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
     return "\n".join(kept)
 
 
-def _stats(doc: LedgerDocument, wall_s: float | None) -> dict[str, Any]:
+def _stats(
+    doc: LedgerDocument, wall_s: float | None, invocation_s: float | None = None
+) -> dict[str, Any]:
     builds = {"pypto": 0, "simpler": 0}
     hits = 0
     for attempt in doc.attempts:
@@ -95,6 +98,7 @@ def _stats(doc: LedgerDocument, wall_s: float | None) -> dict[str, Any]:
         "builds": builds,
         "cache_hits": hits,
         "wall_s": round(wall_s, 2),
+        "invocation_s": round(invocation_s, 2) if invocation_s is not None else None,
     }
 
 
@@ -242,7 +246,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "simpler": _confidence(simpler),
         },
         "steps": [_step(a) for a in doc.attempts],
-        "stats": _stats(doc, facts.wall_s),
+        "stats": _stats(doc, facts.wall_s, facts.invocation_s),
         "reproduce": facts.reproduce,
     }
     if outcome.split is not None:
@@ -431,10 +435,12 @@ def build_markdown(
             f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} |"
         )
     stats = data["stats"]
+    this = stats.get("invocation_s")
     lines += [
         "",
         f"{stats['tests']} tests, builds: pypto {stats['builds']['pypto']}, simpler "
-        f"{stats['builds']['simpler']}, cache hits {stats['cache_hits']}, {stats['wall_s']} s.",
+        f"{stats['builds']['simpler']}, cache hits {stats['cache_hits']}, {stats['wall_s']} s "
+        f"in the session" + (f" ({this} s in this invocation)." if this is not None else "."),
         "",
     ]
     if facts.reproduce:

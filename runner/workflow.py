@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from runner.ledger import (
     LedgerDocument,
     Level,
     SessionInputs,
+    earlier_session,
+    session_copy,
     to_git_bisect_log,
 )
 from runner.prepare import Prepared, extra_repos, prepare
@@ -210,8 +213,15 @@ def _save_settings(workdir: Path, settings: Settings) -> None:
     os.replace(tmp, path)
 
 
-def load_saved_settings(workdir: Path) -> Settings:
-    path = workdir / SETTINGS_NAME
+def _keep_earlier_settings(workdir: Path, backup: Path) -> None:
+    """The earlier session's settings.json goes beside its backup ledger, for `--session`."""
+    current = workdir / SETTINGS_NAME
+    if current.exists():
+        shutil.copy2(current, session_copy(backup, SETTINGS_NAME))
+
+
+def load_saved_settings(workdir: Path, path: Path | None = None) -> Settings:
+    path = workdir / SETTINGS_NAME if path is None else path
     try:
         return Settings.model_validate_json(path.read_text())
     except FileNotFoundError:
@@ -259,7 +269,10 @@ def run_bisect(
     with Ledger.open(
         ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session
     ) as ledger:
+        if ledger.backup is not None:
+            _keep_earlier_settings(workdir, ledger.backup)
         _save_settings(workdir, settings)
+        ledger.start_invocation(started)
         tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo)
         session = _session(
             prepared.history,
@@ -275,11 +288,11 @@ def run_bisect(
         except EndpointFailure as failure:
             error = endpoint_error(failure)
             stopped = _stopped_at_endpoint(prepared.good, prepared.commits, str(error))
-            wall = time.monotonic() - started
+            wall = ledger.finish_invocation()
             _write(workdir, ledger.document, stopped, prepared.history, prepared.exporter, wall)
             raise error from None
+        wall = ledger.finish_invocation()  # before reading the document: it adds to it
         document = ledger.document
-        wall = time.monotonic() - started
         return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
 
 
@@ -315,15 +328,22 @@ class Replay:
     endpoint_failure: EndpointFailure | None = None
 
 
-def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
-    """Rebuild a session's picture from its ledger alone (for `status` and `report`)."""
+def replay(workdir: Path, cache_dir: Path | None = None, session: str | None = None) -> Replay:
+    """Rebuild a session's picture from its ledger alone (for `status` and `report`).
+
+    ``session`` names an earlier session of the workdir (a backup `--new-session` made).
+    """
     workdir = workdir.expanduser().resolve()
     path = ledger_path(workdir)
+    saved = None
+    if session is not None:
+        path = earlier_session(path, session)
+        saved = session_copy(path, SETTINGS_NAME)
     if not path.exists():
         raise BadInput(f"no ledger at {path}: start a bisect with `run` (or pass --workdir)")
     document = Ledger.read(path)
     inputs = document.inputs
-    settings = _settings_or_none(workdir)
+    settings = _settings_or_none(workdir, saved)
     if cache_dir is None:
         cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
     history = History(Path(inputs.pypto_repo))
@@ -340,16 +360,22 @@ def replay(workdir: Path, cache_dir: Path | None = None) -> Replay:
     return Replay(document, outcome, history, exporter, workdir, failure)
 
 
-def _settings_or_none(workdir: Path) -> Settings | None:
+def _settings_or_none(workdir: Path, path: Path | None = None) -> Settings | None:
     try:
-        return load_saved_settings(workdir)
+        return load_saved_settings(workdir, path)
     except (BadInput, LedgerError):
         return None
 
 
-def rewrite_reports(workdir: Path, cache_dir: Path | None = None) -> RunResult:
-    state = replay(workdir, cache_dir)
-    return _write(state.workdir, state.document, state.outcome, state.history, state.exporter, None)
+def rewrite_reports(
+    workdir: Path, cache_dir: Path | None = None, session: str | None = None
+) -> RunResult:
+    """The reports again; an earlier session's go to sessions/<name>/, never over the current."""
+    state = replay(workdir, cache_dir, session)
+    out = state.workdir
+    if session is not None:
+        out = out / "sessions" / earlier_session(ledger_path(out), session).name.split(".")[-2]
+    return _write(out, state.document, state.outcome, state.history, state.exporter, None)
 
 
 def _artifacts(attempt: Attempt | None) -> Path | None:
@@ -366,7 +392,9 @@ def gather_facts(
     workdir: Path,
     wall_s: float | None,
 ) -> ReportFacts:
-    facts = ReportFacts(wall_s=wall_s)
+    # The session's wall time counts every invocation; wall_s is this one's (None: no run).
+    session_s = doc.wall_s if doc.wall_s is not None else wall_s
+    facts = ReportFacts(wall_s=session_s, invocation_s=wall_s)
     commits: dict[str, CommitInfo] = {}
     for sha in {doc.inputs.good, doc.inputs.bad, *outcome.pypto.suspects}:
         commits[sha] = history.commit_info(sha)

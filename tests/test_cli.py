@@ -3,6 +3,7 @@ and whatever a ledger already holds is left exactly as it was."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.sample.histories import Sample
+from runner.sample.histories import Sample, SampleSpec
 from tests.fixtures.cli import cli, run_args
 
 
@@ -183,7 +184,8 @@ def test_no_help_page_shows_a_python_type_name():
     for path in paths:
         result = cli(*path, "--help")
         assert result.returncode == 0, (path, result.stderr)
-        assert not PYTHON_TYPES.search(result.stdout), (path, PYTHON_TYPES.search(result.stdout))
+        found = PYTHON_TYPES.search(result.stdout)
+        assert not found, f"`{' '.join(path)} --help` shows {found[0]!r}: give the option a metavar"
 
 
 def test_every_setting_has_a_flag_on_run():
@@ -246,3 +248,132 @@ def test_the_config_reference_command_prints_the_committed_reference(tmp_path):
     printed = cli("config-reference")
     assert printed.returncode == 0
     assert printed.stdout == (Path(__file__).parent.parent / "docs" / "config.md").read_text()
+
+
+NEW_SESSION_SPEC = SampleSpec(
+    pypto_commits=8,
+    simpler_commits=6,
+    runtime_added_at=2,
+    runtime_initial=1,
+    libbacktrace_url_change_at=3,
+    nested_submodule_at=2,
+    bumps=((4, 5), (6, 6)),
+    simpler_regression_at=3,
+    broken_pypto=frozenset({1}),
+)
+
+
+def referenced_files(ledger: Path) -> dict[str, str]:
+    """Every file a ledger points at (run folders, logs), with a digest of its bytes."""
+    document = json.loads(ledger.read_text())
+    paths: set[Path] = set()
+    for attempt in document["attempts"]:
+        if attempt["artifacts_dir"]:
+            paths |= {p for p in Path(attempt["artifacts_dir"]).rglob("*") if p.is_file()}
+        if attempt["log_path"]:
+            paths.add(Path(attempt["log_path"]))
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_untouched(
+    sample_factory, tmp_path, shared_cache
+):
+    sample = sample_factory(NEW_SESSION_SPEC)
+    workdir = tmp_path / "work"
+    args = run_args(sample, workdir, shared_cache)
+    first = cli(*args, "--json")
+    assert first.returncode == 0, first.stderr
+    ledger = workdir / "ledger.json"
+    before = ledger.read_bytes()
+    evidence = referenced_files(ledger)
+    assert len(evidence) > 10
+    first_ids = {a["run_id"] for a in json.loads(before)["attempts"]}
+
+    second = cli(*args, "--new-session", "--json")
+    assert second.returncode == 0, second.stderr
+    (backup,) = workdir.glob("ledger.json.*.bak")
+    name = backup.name.split(".")[-2]
+    for command in (
+        ["status", "--session", name, "--json"],
+        ["report", "--session", name, "--json"],
+        ["log", "--session", name],
+        ["status"],
+        ["report"],
+        ["log"],
+    ):
+        assert cli(*command, "--workdir", str(workdir)).returncode == 0, command
+
+    assert backup.read_bytes() == before
+    assert referenced_files(backup) == evidence
+    second_ids = {a["run_id"] for a in json.loads(ledger.read_text())["attempts"]}
+    assert second_ids and not second_ids & first_ids
+    earlier = cli("status", "--workdir", str(workdir), "--session", name, "--json").json()
+    assert earlier["attempts"] == len(first_ids) and earlier["finished"]
+    assert (workdir / "sessions" / name / "report.json").exists()
+    assert (
+        f"earlier sessions (--session NAME): {name}"
+        in cli("status", "--workdir", str(workdir)).stdout
+    )
+    wrong = cli("status", "--workdir", str(workdir), "--session", "19990101T000000Z")
+    assert_one_line_error(wrong, 2, "no earlier session", name)
+
+
+@pytest.mark.docker
+def test_the_report_wall_time_is_the_sessions_and_shows_this_invocations_too(
+    sample_factory, tmp_path, shared_cache
+):
+    sample = sample_factory(NEW_SESSION_SPEC)
+    args = run_args(sample, tmp_path / "work", shared_cache)
+    first = cli(*args, "--json").json()["stats"]
+    again = cli(*args, "--json").json()["stats"]  # a resume with nothing left to do
+
+    invocations = json.loads((tmp_path / "work" / "ledger.json").read_text())["invocations"]
+    assert len(invocations) == 2
+    assert (
+        first["wall_s"]
+        == first["invocation_s"]
+        == pytest.approx(invocations[0]["wall_s"], abs=0.01)
+    )
+    assert again["invocation_s"] == pytest.approx(invocations[1]["wall_s"], abs=0.01)
+    assert again["wall_s"] == pytest.approx(first["wall_s"] + again["invocation_s"], abs=0.02)
+    shown = cli("report", "--workdir", str(tmp_path / "work"), "--json").json()["stats"]
+    assert shown["wall_s"] == again["wall_s"] and shown["invocation_s"] is None
+
+
+def test_cache_prune_without_a_limit_needs_all_when_nobody_can_confirm(tmp_path):
+    entry = tmp_path / "wheels" / "ab" / "keep-me"
+    entry.mkdir(parents=True)
+    refused = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "cache", "prune", "--cache-dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_one_line_error(refused, 2, "--all")
+    assert entry.exists()
+    assert cli("cache", "prune", "--cache-dir", str(tmp_path), "--all").returncode == 0
+
+
+def test_cache_prune_without_a_limit_asks_at_a_terminal_and_no_keeps_everything(tmp_path):
+    import pty
+
+    entry = tmp_path / "wheels" / "ab" / "keep-me"
+    entry.mkdir(parents=True)
+    leader, follower = pty.openpty()
+    with os.fdopen(leader, "wb", buffering=0) as terminal:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", "cache", "prune", "--cache-dir", str(tmp_path)],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.close(follower)
+        terminal.write(b"n\n")
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, (out, err)
+    assert "remove all" in err and "nothing removed" in out
+    assert entry.exists()

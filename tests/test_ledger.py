@@ -26,6 +26,10 @@ from runner.ledger import (
     Ledger,
     LedgerDocument,
     SessionInputs,
+    claim_run_dir,
+    earlier_session,
+    earlier_sessions,
+    session_copy,
     to_git_bisect_log,
 )
 from runner.search import Verdict
@@ -624,7 +628,7 @@ def test_git_bisect_replay_of_a_finished_ledger_names_the_same_first_bad_commit(
     assert log.splitlines()[:3] == [
         f"# bad: [{c[7]}] step 7: tune the decode kernel",
         f"# good: [{c[0]}] step 0: tune the decode kernel",
-        f"git bisect start '{c[7]}' '{c[0]}'",
+        f"git bisect start '--first-parent' '{c[7]}' '{c[0]}'",
     ]
     assert f"# good: [{c[3]}] step 3: tune the decode kernel\ngit bisect good {c[3]}\n" in log
 
@@ -685,3 +689,130 @@ def test_a_ledger_with_only_its_endpoints_replays_to_a_started_bisect(
     assert result.returncode == 0, result.stderr
     refs = history.git("for-each-ref", "--format=%(refname)", "refs/bisect").stdout.split()
     assert sorted(refs) == sorted(["refs/bisect/bad", f"refs/bisect/good-{c[0]}"])
+
+
+@pytest.fixture
+def merged_history(history: LinearHistory) -> LinearHistory:
+    """`history` with a branch forked at c3 and merged after c7 (commit m), then d9 on top.
+
+    ``shas`` stays the first-parent chain c0..c7, m, d9; the branch's two commits are off it.
+    """
+    history.git("checkout", "-q", "-b", "side", history.shas[3])
+    for n in (1, 2):
+        (history.path / f"side{n}.txt").write_text(f"{n}\n")
+        history.git("add", f"side{n}.txt")
+        history.git("commit", "-q", "-m", f"side {n}: another kernel")
+    history.git("checkout", "-q", "main")
+    history.git("merge", "-q", "--no-ff", "-m", "merge side", "side")
+    (history.path / "factor.txt").write_text("9\n")
+    history.git("commit", "-q", "-am", "step 9")
+    for ref in ("HEAD~1", "HEAD"):
+        head = history.git("rev-parse", ref).stdout.strip()
+        history.shas.append(head)
+        history.subjects[head] = history.git("log", "-1", "--format=%s", head).stdout.strip()
+    return history
+
+
+def test_git_bisect_replay_on_a_history_with_merges_follows_first_parents_like_the_tool(
+    merged_history: LinearHistory,
+) -> None:
+    c = merged_history.shas  # c0..c7, m = c[8], d9 = c[9]
+    inputs = make_inputs(
+        merged_history.path.parent, good=c[0], bad=c[9], pypto_repo=str(merged_history.path)
+    )
+    attempts = [
+        make_attempt("001", c[5], verdict=Verdict.GOOD),
+        make_attempt("002", c[7], verdict=Verdict.GOOD),
+        make_attempt("003", c[8], verdict=Verdict.BAD),
+    ]
+    doc = LedgerDocument(tool_version="0.1.0", created_at=T0, inputs=inputs, attempts=attempts)
+
+    result = replay(merged_history, doc)
+
+    assert result.returncode == 0, result.stderr
+    # The tool blamed the merge; git agrees only when it also walks first parents (without
+    # --first-parent the side commits stay untested and git names no first bad commit).
+    assert f"{c[8]} is the first bad commit" in result.stdout
+    log = merged_history.git("bisect", "log").stdout
+    assert "--first-parent" in log
+
+
+def test_run_folders_continue_numbering_and_are_never_reused(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    first, folder = claim_run_dir(runs, "aaaa-none")
+    (folder / "output.log").write_text("evidence")
+    (runs / "004-killed-none").mkdir()  # a run killed before it was recorded
+
+    second, _ = claim_run_dir(runs, "aaaa-none")
+    third, _ = claim_run_dir(runs, "bbbb-none", taken=["009-bbbb-none"])
+
+    assert (first, second, third) == ("001-aaaa-none", "005-aaaa-none", "010-bbbb-none")
+    assert (folder / "output.log").read_text() == "evidence"
+    assert sorted(p.name for p in runs.iterdir()) == [
+        "001-aaaa-none",
+        "004-killed-none",
+        "005-aaaa-none",
+        "010-bbbb-none",
+    ]
+
+
+def test_run_folders_claimed_by_racing_processes_are_all_distinct(tmp_path: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from runner.ledger import claim_run_dir\n"
+        "for _ in range(20): print(claim_run_dir(Path(sys.argv[1]), 'x')[0])"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "runs")],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        for _ in range(4)
+    ]
+    ids = [line for proc in procs for line in proc.communicate()[0].split()]
+    assert len(ids) == 80 and len(set(ids)) == 80
+
+
+def test_the_session_wall_time_sums_every_invocation_interrupted_ones_included(
+    ledger_path: Path, tmp_path: Path
+) -> None:
+    inputs = make_inputs(tmp_path)
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.start_invocation(time.monotonic() - 100.0)
+        this = ledger.finish_invocation()
+    assert 100.0 <= this < 110.0
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.start_invocation(time.monotonic() - 20.0)
+        # interrupted: nobody finishes the invocation, closing the ledger does
+    document = Ledger.read(ledger_path)
+    assert len(document.invocations) == 2
+    assert 120.0 <= document.wall_s < 140.0
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0"):
+        pass  # a command that ran nothing adds no invocation and leaves the file as it was
+    assert Ledger.read(ledger_path) == document
+
+
+def test_a_new_session_keeps_the_old_ledger_as_a_named_earlier_session(
+    ledger_path: Path, tmp_path: Path
+) -> None:
+    old = make_inputs(tmp_path)
+    with Ledger.open(ledger_path, old, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("001-a", sha(1)))
+    before = ledger_path.read_bytes()
+    new = make_inputs(tmp_path, platform="a5sim")
+    with Ledger.open(ledger_path, new, tool_version="0.1.0", new_session=True) as ledger:
+        backup = ledger.backup
+    with Ledger.open(ledger_path, new, tool_version="0.1.0", new_session=True) as ledger:
+        second = ledger.backup
+
+    assert backup is not None and second is not None and backup != second
+    assert backup.read_bytes() == before
+    sessions = earlier_sessions(ledger_path)
+    assert list(sessions.values()) == [backup, second]
+    name = next(iter(sessions))
+    assert earlier_session(ledger_path, name) == backup
+    assert earlier_session(ledger_path, backup.name) == backup
+    assert session_copy(backup, "settings.json").name == f"settings.json.{name}.bak"
+    with pytest.raises(LedgerError, match="no earlier session 'nope'"):
+        earlier_session(ledger_path, "nope")
