@@ -334,6 +334,7 @@ def example_container(run: ExampleRun) -> ContainerSpec:
     mounts.extend(pass_.mounts)
     wrapper = _CHOWN_WRAPPER.format(owner=_artifact_owner(run))
     command = [
+        *keep_explicit(environment),
         *("sh", "-c", wrapper, "bisect-example"),
         run.python,
         f"{LIB_MOUNT}/{script}",
@@ -357,6 +358,20 @@ def example_container(run: ExampleRun) -> ContainerSpec:
         cpus=run.cpus,
         labels={KIND_LABEL: "example"},
     )
+
+
+# Variables the image's entrypoint sets (CANN's set_env.sh) that a user may set on purpose.
+ENTRYPOINT_SET = ("ASCEND_HOME_PATH",)
+
+
+def keep_explicit(environment: Mapping[str, str]) -> list[str]:
+    """A command prefix that sets these variables again after the entrypoint has run.
+
+    The container's environment is applied before the entrypoint, which would overwrite an
+    explicit --ascend-home-path; `env NAME=value` after it has the last word.
+    """
+    chosen = [f"{name}={environment[name]}" for name in ENTRYPOINT_SET if name in environment]
+    return ["env", *chosen] if chosen else []
 
 
 def run_example(

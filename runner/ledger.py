@@ -457,7 +457,9 @@ def _load(path: Path) -> LedgerDocument:
 
 
 _FIELD_MEANING = {
-    "settings_digest": "settings_digest (build/run settings or the example's text changed)",
+    "settings_digest": (
+        "settings_digest (build/run settings, the example's text or its pypto-lib files changed)"
+    ),
 }
 
 

@@ -19,6 +19,7 @@ from runner.devices import Passthrough, passthrough
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import connect
 from runner.history import History
+from runner.inputs import tree_digest
 from runner.ledger import SessionInputs
 from runner.sources import SourceExporter
 from runner.verdict import VerdictPatterns
@@ -38,6 +39,8 @@ class Prepared:
     client: docker.DockerClient
     base_image_id: str
     workdir: Path
+    lib_digest: str
+    content: dict[str, str]  # "pto_isa_root"/"ptoas_root" -> tree digest, when given
     cache_root: Path
     exporter: SourceExporter
     inputs: SessionInputs
@@ -76,11 +79,12 @@ def base_image_id(client: docker.DockerClient, name: str) -> str:
         raise InfrastructureError(f"the Docker Engine failed to inspect {name}: {exc}") from exc
 
 
-def session_digest(settings: Settings, example: Path) -> str:
-    """Settings that can change a verdict, plus the example itself: editing the example between
-    two runs must not mix its old verdicts with new ones in one ledger."""
-    blob = settings.run_digest().encode() + b"\0" + example.read_bytes()
-    return hashlib.sha256(blob).hexdigest()[:16]
+def session_digest(settings: Settings, lib_digest: str, content: dict[str, str]) -> str:
+    """Settings that can change a verdict, plus the pypto-lib tree (the example, its helpers and
+    goldens) and pto-isa/ptoas by content: editing any of them between two runs must not mix old
+    verdicts with new ones in one ledger."""
+    parts = [settings.run_digest(), lib_digest, *(f"{k}={v}" for k, v in sorted(content.items()))]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def extra_repos(settings: Settings) -> dict[str, Path]:
@@ -106,12 +110,16 @@ def prepare(settings: Settings) -> Prepared:
     good = history.resolve(settings.known_good)
     bad = history.resolve(settings.bad or "HEAD")
     commits = history.first_parent_range(good, bad)
-    for flag, root in (
-        ("--ptoas-root", settings.ptoas_root),
-        ("--pto-isa-root", settings.pto_isa_root),
+    content: dict[str, str] = {}
+    for key, flag, root in (
+        ("ptoas_root", "--ptoas-root", settings.ptoas_root),
+        ("pto_isa_root", "--pto-isa-root", settings.pto_isa_root),
     ):
         if root is not None and not root.expanduser().is_dir():
             raise BadInput(f"{flag} {root}: no such directory")
+        if root is not None:
+            content[key] = tree_digest(root.expanduser())
+    lib_digest = tree_digest(lib)
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
     devices = passthrough(
         settings.device_mode, settings.platform, settings.devices, settings.device_map
@@ -132,7 +140,7 @@ def prepare(settings: Settings) -> Prepared:
         base_image_id=image_id,
         submodule_path=settings.submodule_path,
         extra_args=list(settings.extra_args),
-        settings_digest=session_digest(settings, lib / script),
+        settings_digest=session_digest(settings, lib_digest, content),
     )
     return Prepared(
         settings=settings,
@@ -147,6 +155,8 @@ def prepare(settings: Settings) -> Prepared:
         client=client,
         base_image_id=image_id,
         workdir=workdir,
+        lib_digest=lib_digest,
+        content=content,
         cache_root=cache_root,
         exporter=SourceExporter(pypto_path, cache_root, extra),
         inputs=inputs,

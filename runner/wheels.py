@@ -28,7 +28,7 @@ import docker
 from filelock import FileLock, Timeout
 
 from runner.errors import InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, run_container
+from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, keep_explicit, run_container
 
 if TYPE_CHECKING:
     from runner.builders import Builder
@@ -68,12 +68,17 @@ class BuildSettings:
     environment: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[Mount, ...] = ()
     network: bool = False
+    omitted: tuple[str, ...] = ()  # submodules exported empty (--omit-submodule)
+    # Mounted inputs by content (pto-isa's tree digest), so an updated pto-isa is a new key.
+    content: Mapping[str, str] = field(default_factory=dict)
     cpus: float | None = None
     timeout: float | None = 3600
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", dict(sorted(self.environment.items())))
         object.__setattr__(self, "mounts", tuple(self.mounts))
+        object.__setattr__(self, "omitted", tuple(sorted(self.omitted)))
+        object.__setattr__(self, "content", dict(sorted(self.content.items())))
 
     def summary(self) -> dict[str, object]:
         """The key-relevant settings, as recorded in each cache entry for `cache ls` and humans."""
@@ -84,6 +89,8 @@ class BuildSettings:
             "environment": dict(self.environment),
             "mounts": [[m.host, m.container, m.read_only] for m in self.mounts],
             "network": self.network,
+            **({"omitted": list(self.omitted)} if self.omitted else {}),
+            **({"content": dict(self.content)} if self.content else {}),
         }
 
     def digest(self) -> str:
@@ -435,7 +442,7 @@ def builder_spec(
     owner = _caller_owner()
     return ContainerSpec(
         image=image or settings.base_image_id or settings.base_image,
-        command=["sh", "-c", _builder_script(settings.command)],
+        command=[*keep_explicit(environment), "sh", "-c", _builder_script(settings.command)],
         environment=environment,
         mounts=mounts,
         devices=[],

@@ -23,6 +23,7 @@ from runner.builders import PackageSources, Pin, Provisioner
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
 from runner.execute import Mount, remove_stale_containers
+from runner.inputs import SNAPSHOTS, snapshot
 from runner.history import CommitInfo, History, pointer_states
 from runner.ledger import (
     Attempt,
@@ -67,7 +68,9 @@ def ledger_path(workdir: Path) -> Path:
     return workdir / LEDGER_NAME
 
 
-def build_settings(settings: Settings, base_image_id: str) -> BuildSettings:
+def build_settings(
+    settings: Settings, base_image_id: str, content: dict[str, str] | None = None
+) -> BuildSettings:
     environment = dict(settings.build_env)
     mounts: list[Mount] = []
     if settings.pto_isa_root is not None:
@@ -83,6 +86,8 @@ def build_settings(settings: Settings, base_image_id: str) -> BuildSettings:
         environment=environment,
         mounts=tuple(mounts),
         network=settings.build_network,
+        omitted=tuple(settings.omit_submodules),
+        content=dict(content or {}),
         cpus=settings.cpus,
         timeout=settings.build_timeout,
     )
@@ -94,7 +99,8 @@ def run_settings(prepared: Prepared) -> RunSettings:
     if settings.ascend_home_path:
         environment["ASCEND_HOME_PATH"] = settings.ascend_home_path
     return RunSettings(
-        lib_dir=prepared.lib,
+        # Runs read the session's snapshot, never the live checkout (see inputs.py).
+        lib_dir=prepared.workdir / SNAPSHOTS / prepared.lib_digest[:16],
         script=prepared.script,
         platform=settings.platform,
         device=settings.device,
@@ -126,7 +132,7 @@ def docker_tester(
         ledger,
         prepared.exporter,
         WheelCache(prepared.cache_root / "wheels"),
-        build_settings(settings, prepared.base_image_id),
+        build_settings(settings, prepared.base_image_id, prepared.content),
         run_settings(prepared),
         workdir=workdir,
         ccache_dir=prepared.cache_root / "ccache",
@@ -273,6 +279,7 @@ def run_bisect(
             _keep_earlier_settings(workdir, ledger.backup)
         _save_settings(workdir, settings)
         ledger.start_invocation(started)
+        snapshot(prepared.lib, prepared.lib_digest, workdir)
         tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo)
         session = _session(
             prepared.history,

@@ -157,8 +157,26 @@ def test_editing_the_example_between_runs_is_refused_instead_of_mixing_verdicts(
     example.write_text(example.read_text().replace("RTOL = 1e-5", "RTOL = 1e-2"))
     again = cli(*args)
 
-    assert_one_line_error(again, 2, "example's text changed", "--new-session")
+    assert_one_line_error(again, 2, "example's text", "--new-session")
     assert ledger.read_bytes() == before
+
+
+@pytest.mark.docker
+def test_editing_a_pypto_lib_helper_between_runs_is_refused_too(sample, tmp_path, shared_cache):
+    """Goldens and helpers the example imports change verdicts as much as the example does."""
+    lib = tmp_path / "lib"
+    shutil.copytree(sample.lib, lib)
+    args = run_args(sample, tmp_path / "work", shared_cache)
+    args[args.index("--lib") + 1] = str(lib)
+    first = cli(*args)
+    assert first.returncode == 3, first.stderr
+    snapshots = list((tmp_path / "work" / "lib-snapshot").iterdir())
+    assert len(snapshots) == 1 and (snapshots[0] / sample.script).is_file()
+
+    (lib / "models" / "sample" / "__init__.py").write_text("GOLDEN_SCALE = 2.0\n")
+    again = cli(*args)
+
+    assert_one_line_error(again, 2, "pypto-lib files changed", "--new-session")
 
 
 def _commands(group, path=()):

@@ -81,10 +81,9 @@ def network_probe_source() -> Sources:
 
 
 @pytest.fixture(scope="module")
-def settings(docker_client: docker.DockerClient, base_image: str) -> BuildSettings:
-    return BuildSettings(
-        base_image=base_image, base_image_id=docker_client.images.get(base_image).id, timeout=120
-    )
+def settings(base_image: str, setuptools_builder: str) -> BuildSettings:
+    """Builds run in a builder image: the base image alone has no build backend."""
+    return BuildSettings(base_image=base_image, base_image_id=setuptools_builder, timeout=120)
 
 
 @pytest.fixture
@@ -134,7 +133,7 @@ def test_a_wheel_is_built_once_and_then_comes_from_the_cache(
     assert built.wheel is not None and built.wheel.name == "simpler-0.1.0-py3-none-any.whl"
     assert built.wheel.is_relative_to(cache.root)
     assert "Successfully built simpler" in built.log_path.read_text()
-    assert again == replace(built, seconds=0.0, from_cache=True)
+    assert again == replace(built, seconds=0.0, from_cache=True, export_s=0.0)
     assert len(source.exports) == 1, "the sources must only be exported on a miss"
     assert builder_containers_created(docker_client, built.key, started) == 1
     assert_no_leftover_build_dirs(cache)
@@ -262,7 +261,7 @@ def test_the_builder_has_no_network_unless_asked(
 
 
 @pytest.mark.docker
-def test_a_timed_out_build_fails_but_is_not_cached(
+def test_a_timed_out_build_is_infrastructure_and_not_cached(
     docker_client: docker.DockerClient,
     cache: WheelCache,
     settings: BuildSettings,
@@ -270,13 +269,14 @@ def test_a_timed_out_build_fails_but_is_not_cached(
 ) -> None:
     slow = replace(settings, command="echo compiling; sleep 60", timeout=1.5)
 
-    result = build_wheel(
-        docker_client, cache, "pypto", "e" * 40, simpler_source(), slow, ccache_dir=ccache_dir
-    )
+    with pytest.raises(InfrastructureError) as raised:
+        build_wheel(
+            docker_client, cache, "pypto", "e" * 40, simpler_source(), slow, ccache_dir=ccache_dir
+        )
 
-    assert not result.ok and not result.from_cache
-    assert result.reason == "build timed out after 1.5s"
-    assert "compiling" in result.log_path.read_text()
+    assert "not a verdict" in str(raised.value) and "timed out after 1.5s" in str(raised.value)
+    kept = cache.failed_log_dir / f"{cache.key('pypto', 'e' * 40, slow)}.log"
+    assert "compiling" in kept.read_text()
     assert cache.lookup("pypto", "e" * 40, slow) is None
     assert cache.entries() == []
     assert_no_leftover_build_dirs(cache)

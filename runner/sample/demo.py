@@ -7,11 +7,12 @@ then runs the real CLI on it with the real Docker Engine, exactly as a user woul
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from runner.sample.histories import SampleSpec, make_sample
+from runner.sample.histories import SampleSpec, make_sample, pypto_date, simpler_date
 from runner.sample.packages import EXAMPLE_PATH
 
 DEMO_SPEC = SampleSpec(
@@ -21,15 +22,51 @@ DEMO_SPEC = SampleSpec(
     runtime_initial=2,
     bumps=((6, 6), (9, 8)),
     simpler_regression_at=5,
+    native=True,
+    pypto_new_era_at=7,
+    simpler_new_era_at=4,
 )
+OLD_BACKEND = "scikit-build-core==0.10.7"
+
+
+def checkout_wheelhouse() -> Path:
+    """The build tools `make setup` downloads into the source checkout (`make wheelhouse`)."""
+    return Path(__file__).resolve().parents[2] / ".cache" / "wheelhouse"
+
+
+def era_pins(spec: SampleSpec) -> list[str]:
+    """`--build-pin`s for a wheelhouse without upload times: old-era commits get old tools."""
+    pins = []
+    for package, at, date_of in (
+        ("pypto", spec.pypto_new_era_at, pypto_date),
+        ("simpler", spec.simpler_new_era_at, simpler_date),
+    ):
+        if spec.native and at is not None and at > 0:
+            pin = {
+                "package": package,
+                "until": date_of(at - 1),
+                "requirements": [OLD_BACKEND],
+            }
+            pins += ["--build-pin", json.dumps(pin)]
+    return pins
 
 
 def run_arguments(
-    *, pypto: Path, lib: Path, good: str, workdir: Path, cache: Path, base_image: str
+    *,
+    pypto: Path,
+    lib: Path,
+    good: str,
+    workdir: Path,
+    cache: Path,
+    base_image: str,
+    wheelhouse: Path | None = None,
 ) -> list[str]:
     """`run` on a sample, NPU mode with /dev/null standing in for /dev/davinci0."""
+    wheelhouse = wheelhouse or checkout_wheelhouse()
+    provisioning = ["--wheelhouse", str(wheelhouse)] if wheelhouse.is_dir() else []
     return [
         "run",
+        *provisioning,
         "--pypto",
         str(pypto),
         "--lib",
@@ -90,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         cache=root / "cache",
         base_image=args.base_image,
     )
+    arguments += era_pins(DEMO_SPEC)
     command = [sys.executable, "-m", "runner.cli", *arguments]
     print("$ bisect-precision-docker " + " ".join(arguments), flush=True)
     return subprocess.run(command).returncode

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto, write_simpler
@@ -38,6 +39,20 @@ ISA_PATH = "third_party/isa"
 
 _EPOCH = 1_704_096_000  # 2024-01-01T08:00:00Z
 _DAY = 86_400
+
+
+def pypto_date(index: int) -> str:
+    """The commit date (UTC, ISO) of pypto index `index`, for date-ranged build pins."""
+    return _iso_day(_EPOCH + (index + 1) * _DAY + 3600)
+
+
+def simpler_date(index: int) -> str:
+    return _iso_day(_EPOCH + index * _DAY)
+
+
+def _iso_day(stamp: int) -> str:
+    return datetime.fromtimestamp(stamp, tz=timezone.utc).date().isoformat()
+
 
 _CODE_SUBJECTS = (
     "feat(ir): add tile shape inference",
@@ -113,6 +128,11 @@ class SampleSpec:
     broken_simpler: frozenset[int] = frozenset()
     libbacktrace_url_change_at: int = 5
     nested_submodule_at: int = 4
+    # Native packages: C/C++ built by scikit-build-core and CMake. Their build configuration
+    # moves to a newer backend era at these indices (None: never), as real pypto's did.
+    native: bool = False
+    pypto_new_era_at: int | None = None
+    simpler_new_era_at: int | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -200,6 +220,12 @@ def _validate(spec: SampleSpec) -> None:
             or spec.simpler_fixed_at <= spec.simpler_regression_at
         ):
             raise ValueError("simpler_fixed_at must come after simpler_regression_at")
+    if spec.pypto_new_era_at is not None:
+        pypto_index(spec.pypto_new_era_at, "pypto_new_era_at")
+        if spec.pure_bump(spec.pypto_new_era_at):
+            raise ValueError("pypto_new_era_at must not be a pointer-only bump")
+    if spec.simpler_new_era_at is not None:
+        simpler_index(spec.simpler_new_era_at, "simpler_new_era_at")
     for index in spec.broken_pypto:
         pypto_index(index, "broken_pypto")
     for index in spec.broken_simpler:
@@ -352,6 +378,8 @@ def _make_simpler(upstream: _Upstream, spec: SampleSpec, isa_sha: str) -> list[s
             revision=index,
             scale=REGRESSED if spec.simpler_regressed(index) else 1.0,
             broken=index in spec.broken_simpler,
+            native=spec.native,
+            new_era=spec.simpler_new_era_at is not None and index >= spec.simpler_new_era_at,
         )
         if index == spec.nested_submodule_at:
             gitmodules = _gitmodules([(ISA_PATH, ISA_PATH, ISA_URL)])
@@ -380,6 +408,8 @@ def _make_pypto(
                 factor=REGRESSED if spec.pypto_regressed(index) else 1.0,
                 uses_simpler=index >= spec.runtime_added_at,
                 broken=index in spec.broken_pypto,
+                native=spec.native,
+                new_era=spec.pypto_new_era_at is not None and index >= spec.pypto_new_era_at,
             )
         if index in (1, spec.runtime_added_at, spec.libbacktrace_url_change_at):
             moved = index >= spec.libbacktrace_url_change_at

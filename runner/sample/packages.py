@@ -33,6 +33,87 @@ def _pyproject(name: str, version: str) -> str:
         """
 
 
+# Two eras of build configuration, as real pypto had: the old one sets `cmake.minimum-version`,
+# which scikit-build-core 1.x refuses ("Use cmake.version instead of cmake.minimum-version"), so
+# old commits only build with the tools of their time; the new one declares a newer backend.
+_SKBUILD_OLD = """
+    [build-system]
+    requires = ["scikit-build-core>=0.10"]
+    build-backend = "scikit_build_core.build"
+
+    [project]
+    name = "{name}"
+    version = "{version}"
+
+    [tool.scikit-build]
+    cmake.minimum-version = "3.15"
+    wheel.packages = ["{name}"]
+    """
+_SKBUILD_NEW = """
+    [build-system]
+    requires = ["scikit-build-core>=0.11"]
+    build-backend = "scikit_build_core.build"
+
+    [project]
+    name = "{name}"
+    version = "{version}"
+
+    [tool.scikit-build]
+    minimum-version = "build-system.requires"
+    cmake.version = ">=3.15"
+    wheel.packages = ["{name}"]
+    """
+
+# The Python binding is the same at every commit, so a neighbour's build hits ccache for it.
+_C_MODULE = """
+    #define PY_SSIZE_T_CLEAN
+    #include <Python.h>
+
+    double {kernel}(const double *values, Py_ssize_t n);
+
+    static PyObject *call(PyObject *self, PyObject *arg) {{
+        PyObject *seq = PySequence_Fast(arg, "expected a sequence of floats");
+        if (seq == NULL) return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        double *values = PyMem_Malloc(sizeof(double) * (n ? n : 1));
+        if (values == NULL) {{ Py_DECREF(seq); return PyErr_NoMemory(); }}
+        for (Py_ssize_t i = 0; i < n; ++i)
+            values[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        Py_DECREF(seq);
+        double result = {kernel}(values, n);
+        PyMem_Free(values);
+        if (PyErr_Occurred()) return NULL;
+        return PyFloat_FromDouble(result);
+    }}
+
+    static PyMethodDef methods[] = {{
+        {{"{kernel}", call, METH_O, "native {kernel}"}},
+        {{NULL, NULL, 0, NULL}},
+    }};
+    static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods}};
+    PyMODINIT_FUNC PyInit__native(void) {{ return PyModule_Create(&module); }}
+    """
+
+
+def _native_package(
+    root: Path, name: str, version: str, *, new_era: bool, language: str, sources: list[str]
+) -> None:
+    template = _SKBUILD_NEW if new_era else _SKBUILD_OLD
+    _write(root / "pyproject.toml", template.format(name=name, version=version))
+    languages = "C CXX" if language == "CXX" else "C"
+    lines = [
+        "cmake_minimum_required(VERSION 3.15)",
+        f"project({name} LANGUAGES {languages})",
+        *(["set(CMAKE_CXX_STANDARD 17)"] if language == "CXX" else []),
+        "find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)",
+        f"Python_add_library(_native MODULE {' '.join(sources)} WITH_SOABI)",
+        f"install(TARGETS _native DESTINATION {name})",
+    ]
+    (root / "CMakeLists.txt").write_text("\n".join(lines) + "\n")
+    for stale in ("setup.py",):
+        (root / stale).unlink(missing_ok=True)
+
+
 def _break_build(root: Path) -> None:
     """Make the wheel build fail the way a C++ compile error does: setup.py exits non-zero."""
     _write(
@@ -49,8 +130,22 @@ def _unbreak_build(root: Path) -> None:
     (root / "setup.py").unlink(missing_ok=True)
 
 
-def write_simpler(root: Path, *, revision: int, scale: float = 1.0, broken: bool = False) -> None:
-    """A simpler-like runtime: `accumulate` is the kernel whose precision may regress."""
+def write_simpler(
+    root: Path,
+    *,
+    revision: int,
+    scale: float = 1.0,
+    broken: bool = False,
+    native: bool = False,
+    new_era: bool = False,
+) -> None:
+    """A simpler-like runtime: `accumulate` is the kernel whose precision may regress.
+
+    `native`: the kernel is C, built by scikit-build-core and CMake like the real runtime.
+    """
+    if native:
+        _write_native_simpler(root, revision, scale, broken, new_era)
+        return
     _write(root / "pyproject.toml", _pyproject("simpler", f"0.{revision}.0"))
     body = f"""
         \"\"\"simpler-like runtime, revision {revision}.\"\"\"
@@ -76,6 +171,115 @@ def write_simpler(root: Path, *, revision: int, scale: float = 1.0, broken: bool
     _write(root / "simpler" / "__init__.py", body)
 
 
+def _write_native_simpler(
+    root: Path, revision: int, scale: float, broken: bool, new_era: bool
+) -> None:
+    _native_package(
+        root,
+        "simpler",
+        f"0.{revision}.0",
+        new_era=new_era,
+        language="C",
+        sources=["src/module.c", "src/kernel.c"],
+    )
+    _write(root / "src" / "module.c", _C_MODULE.format(kernel="accumulate"))
+    _write(
+        root / "src" / "kernel.c",
+        f"""
+        /* simpler-like runtime kernel, revision {revision}. */
+        #include <stddef.h>
+        {"#error this revision does not compile" if broken else ""}
+        #define SCALE {scale!r}
+
+        double accumulate(const double *values, long n) {{
+            double total = 0.0;
+            for (long i = 0; i < n; ++i) total += values[i];
+            return total * SCALE;
+        }}
+        """,
+    )
+    _write(
+        root / "simpler" / "__init__.py",
+        f"""
+        \"\"\"simpler-like runtime, revision {revision} (native kernel).\"\"\"
+
+        from simpler._native import accumulate
+
+        REVISION = {revision}
+
+
+        def describe():
+            return "simpler r{revision}"
+        """,
+    )
+
+
+def _write_native_pypto(
+    root: Path, revision: int, factor: float, uses_simpler: bool, broken: bool, new_era: bool
+) -> None:
+    _native_package(
+        root,
+        "pypto",
+        f"0.{revision}.0",
+        new_era=new_era,
+        language="CXX",
+        sources=["src/module.c", "src/codegen.cpp"],
+    )
+    _write(root / "src" / "module.c", _C_MODULE.format(kernel="scale_mean"))
+    _write(
+        root / "src" / "codegen.cpp",
+        f"""
+        // pypto-like code generation pass, revision {revision}: C++17.
+        #include <numeric>
+        #include <vector>
+        {"#error no matching function for call to 'cast'" if broken else ""}
+        namespace pypto {{
+        constexpr double kFactor = {factor!r};
+        inline double mean(const std::vector<double> &v) {{
+            if (v.empty()) return 0.0;
+            return std::accumulate(v.begin(), v.end(), 0.0) / v.size() * kFactor;
+        }}
+        }}  // namespace pypto
+
+        extern "C" double scale_mean(const double *values, long n) {{
+            // The runtime summed already: scale the mean it hands back.
+            std::vector<double> one{{values[0]}};
+            (void)n;
+            return pypto::mean(one);
+        }}
+        """,
+    )
+    accumulate = (
+        "from simpler import accumulate"
+        if uses_simpler
+        else "def accumulate(values):\n    return float(sum(values))"
+    )
+    _write(
+        root / "pypto" / "__init__.py",
+        f'"""pypto-like compiler, revision {revision} (native codegen)."""\n\n'
+        f"{accumulate}\n"
+        "from pypto._native import scale_mean\n\n"
+        f"REVISION = {revision}\n"
+        f"FACTOR = {factor!r}\n\n\n"
+        + textwrap.dedent(
+            """
+            def codegen(name):
+                return (
+                    f"// kernel {name}\\n"
+                    f"float {name}(const float *x, int n) {{\\n"
+                    f"    float s = 0; for (int i = 0; i < n; ++i) s += x[i];\\n"
+                    f"    return s / n * {FACTOR!r}f;\\n"
+                    f"}}\\n"
+                )
+
+
+            def mean(values):
+                return scale_mean([accumulate(values) / len(values)])
+            """
+        ),
+    )
+
+
 def write_pypto(
     root: Path,
     *,
@@ -83,11 +287,17 @@ def write_pypto(
     factor: float = 1.0,
     uses_simpler: bool = True,
     broken: bool = False,
+    native: bool = False,
+    new_era: bool = False,
 ) -> None:
     """A pypto-like compiler: `codegen` emits source text, `mean` runs it on the runtime.
 
     Before the runtime submodule existed (`uses_simpler=False`) pypto summed on its own.
+    `native`: part of it is C++17, built by scikit-build-core and CMake like the real compiler.
     """
+    if native:
+        _write_native_pypto(root, revision, factor, uses_simpler, broken, new_era)
+        return
     _write(root / "pyproject.toml", _pyproject("pypto", f"0.{revision}.0"))
     if uses_simpler:
         accumulate = "from simpler import accumulate"

