@@ -395,3 +395,49 @@ def test_cache_prune_without_a_limit_asks_at_a_terminal_and_no_keeps_everything(
     assert proc.returncode == 1, (out, err)
     assert "remove all" in err and "nothing removed" in out
     assert entry.exists()
+
+
+def as_environment(args: list[str]) -> dict[str, str]:
+    """`run`'s flags as BISECT_PRECISION_* variables: lists as JSON, like a CI job sets them."""
+    from typing import get_origin
+
+    from runner.config import Settings, flag_name
+
+    fields = {flag_name(name): name for name in Settings.model_fields}
+    values: dict[str, list[str]] = {}
+    pairs = iter(args[1:])
+    for flag in pairs:
+        values.setdefault(fields[flag], []).append(next(pairs))
+    environment = {}
+    for name, given in values.items():
+        is_list = get_origin(Settings.model_fields[name].annotation) is list
+        environment[f"BISECT_PRECISION_{name.upper()}"] = (
+            json.dumps(given) if is_list else given[-1]
+        )
+    return environment
+
+
+@pytest.mark.docker
+def test_a_bisect_configured_only_through_the_environment_finds_the_same_culprit(
+    sample_factory, tmp_path, shared_cache
+):
+    sample = sample_factory(NEW_SESSION_SPEC)
+    by_flags = cli(*run_args(sample, tmp_path / "flags", shared_cache), "--json")
+    environment = as_environment(run_args(sample, tmp_path / "env", shared_cache))
+    assert {"BISECT_PRECISION_DEVICE_MAP", "BISECT_PRECISION_KNOWN_GOOD"} <= set(environment)
+
+    by_environment = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "run", "--json"],
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+
+    assert by_environment.returncode == by_flags.returncode == 0, by_environment.stderr
+    found, expected = json.loads(by_environment.stdout), by_flags.json()
+    assert found["source"] == expected["source"] == "simpler"
+    assert found["pypto"]["first_bad"] == expected["pypto"]["first_bad"]
+    assert found["simpler"]["culprit"] == expected["simpler"]["culprit"]
+    assert (tmp_path / "env" / "ledger.json").exists()
