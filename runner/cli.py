@@ -694,7 +694,10 @@ def config_reference_command(
         OUT.print(text, markup=False, end="")
         return
     with guarded():
-        output.write_text(text)
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise BadInput(f"--output {output}: cannot write it ({exc.strerror})") from None
 
 
 @app.command()

@@ -469,6 +469,17 @@ def _check_env_json() -> None:
             ) from None
 
 
+def _check_env_names() -> None:
+    """A misspelt BISECT_PRECISION_* variable is an error, not a setting silently left out."""
+    known = {_env_name(name) for name in Settings.model_fields} | {CACHE_ENV, CONFIG_ENV}
+    for key in sorted(os.environ):
+        if key.upper().startswith(ENV_PREFIX) and key.upper() not in known:
+            raise BadInput(
+                f"{key}: no such setting; the variables are {ENV_PREFIX}<KEY> for the keys in "
+                "docs/config.md (`bisect-precision-docker config-reference`)"
+            )
+
+
 def flag_name(field: str) -> str:
     return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
@@ -495,6 +506,7 @@ def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Set
     if unknown:
         raise BadInput(f"unknown setting {unknown[0]!r}")
     file = config_file_path(config_path)
+    _check_env_names()
     _check_env_json()
     token = _CONFIG_FILE.set(file)
     try:

@@ -324,3 +324,10 @@ def test_the_reference_names_every_setting_its_flag_and_its_variable():
         assert f"| `{name}` |" in text
         assert f"`BISECT_PRECISION_{name.upper()}`" in text
         assert f"`{flag_name(name).split('/')[0]}`" in text
+
+
+def test_a_misspelt_variable_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BISECT_PRECISION_PLATFROM", "a5")
+    with pytest.raises(BadInput, match=r"^BISECT_PRECISION_PLATFROM: no such setting"):
+        load_settings({})
