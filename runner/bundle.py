@@ -48,6 +48,8 @@ IMAGE_FILE = "image.tar.gz"
 # only known when run.sh runs, so a placeholder owner is swapped for "$OWNER" there.
 _PLACEHOLDER_OWNER = (2147480001, 2147480002)
 _PLACEHOLDER = f"{_PLACEHOLDER_OWNER[0]}:{_PLACEHOLDER_OWNER[1]}"
+# What an attempt records about how it was built (builder images, exact build tools).
+_BUILD_FACTS = frozenset({"builders", "build_tools"})
 _SKIP_LIB = frozenset({".git", "__pycache__", "build_output", ".pytest_cache"})
 
 
@@ -264,7 +266,11 @@ def _fingerprint(
 ) -> dict[str, Any]:
     """What the verdict was made in: the recorded fingerprint when the attempt holds one, the base
     and test image ids, the engine, and the container's devices and environment."""
-    recorded = {k: v for k, v in attempt.items() if "fingerprint" in k or "environment" in k}
+    recorded = {
+        key: value
+        for key, value in attempt.items()
+        if "fingerprint" in key or "environment" in key or key in _BUILD_FACTS
+    }
     try:
         engine = client.version()
     except docker.errors.APIError:

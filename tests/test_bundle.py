@@ -3,6 +3,7 @@ a shell, no tool, no repositories, not even the image in the engine) reproduces 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -13,7 +14,8 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from runner.execute import KIND_LABEL, LABEL
+from runner.bundle import _command, _docker_arguments
+from runner.execute import KIND_LABEL, LABEL, LIB_MOUNT, RUN_MOUNT, ContainerSpec, Mount
 from runner.sample.histories import SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from tests.fixtures.cli import cli
@@ -70,6 +72,7 @@ def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_r
     assert environment["test_image_id"] == entry["image_id"]
     assert environment["base_image_id"] == ledger["inputs"]["base_image_id"]
     assert environment["devices"] == ["/dev/null:/dev/davinci0:rwm"]
+    assert environment["recorded"]["builders"] == entry["builders"]
     assert (bundle / "lib" / EXAMPLE_PATH).read_bytes() == (sample.lib / EXAMPLE_PATH).read_bytes()
     assert not (bundle / "lib" / ".git").exists()
     with gzip.open(bundle / "image.tar.gz") as saved:
@@ -78,7 +81,9 @@ def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_r
 
     moved = tmp_path / "elsewhere"  # the bundle does not depend on where it was written
     shutil.move(bundle, moved)
-    docker_client.images.remove(entry["image_id"], force=True)
+    # Another test session sharing the engine may have removed it already: gone is gone.
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_client.images.remove(entry["image_id"], force=True)
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(entry["image_id"])
 
@@ -146,3 +151,37 @@ def test_export_refuses_an_attempt_that_is_not_in_the_ledger_and_a_used_director
     assert occupied.returncode == 2 and "not empty" in occupied.stderr
     assert (used / "keep.txt").read_text() == "mine"
     assert not (tmp_path / "b").exists()
+
+
+def test_run_sh_hands_docker_every_value_verbatim_whatever_it_contains():
+    awkward = "a b 'c' \"d\" $HOME `id` ; e\\f"
+    spec = ContainerSpec(
+        image="sha256:abc",
+        command=["sh", "-c", "chown -R 2147480001:2147480002 /x", "python3", awkward],
+        environment={"PTO2_RING_HEAP": "1", "ODD": awkward},
+        mounts=[
+            Mount("/somewhere/lib", LIB_MOUNT),
+            Mount("/somewhere/run", RUN_MOUNT, read_only=False),
+            Mount("/opt/pto isa", "/opt/pto isa"),
+        ],
+        devices=["/dev/davinci3:/dev/davinci3:rwm"],
+        labels={KIND_LABEL: "example"},
+    )
+    words = " ".join([*_docker_arguments(spec), *_command(spec)])
+    script = f'HERE="/b dir"; OUT="$HERE/out"; OWNER=7:8; printf "%s\\n" {words}'
+
+    argv = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+
+    assert argv[argv.index("--env", argv.index("--env") + 1) + 1] == f"ODD={awkward}"
+    mounts = [argv[i + 1] for i, word in enumerate(argv) if word == "--mount"]
+    assert mounts == [
+        f"type=bind,source=/b dir/lib,target={LIB_MOUNT},readonly",
+        f"type=bind,source=/b dir/out,target={RUN_MOUNT}",
+        "type=bind,source=/opt/pto isa,target=/opt/pto isa,readonly",
+    ]
+    assert argv[argv.index("--device") + 1] == "/dev/davinci3:/dev/davinci3:rwm"
+    assert f"{KIND_LABEL}=bundle" in argv and f"{KIND_LABEL}=example" not in argv
+    assert "--network" in argv and argv[argv.index("--network") + 1] == "none"
+    assert argv[-5:] == ["sh", "-c", "chown -R 7:8 /x", "python3", awkward]
