@@ -17,14 +17,13 @@ from pathlib import Path
 
 from runner import __version__
 from runner.attempts import DockerTester, RunSettings
-from runner.confidence import DEFAULT_CONFIDENCE
-from runner.config import Settings
 from runner.builders import PackageSources, Pin, Provisioner
 from runner.confidence import DEFAULT_CONFIDENCE
+from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
 from runner.execute import Mount, remove_stale_containers
-from runner.inputs import SNAPSHOTS, snapshot
 from runner.history import CommitInfo, History, pointer_states
+from runner.inputs import SNAPSHOTS, snapshot
 from runner.ledger import (
     Attempt,
     Ledger,
@@ -137,17 +136,14 @@ def docker_tester(
         workdir=workdir,
         ccache_dir=prepared.cache_root / "ccache",
         submodule_path=settings.submodule_path,
-        phase=phase,
-        echo=echo,
-    )
         provisioner=provisioner(prepared, echo=echo),
         omit=settings.omit_submodules,
         infra_retries=settings.infra_retries,
+        phase=phase,
+        echo=echo,
+    )
 
 
-def _session(
-    history: History,
-    exporter: SourceExporter,
 def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None) -> Provisioner:
     """Builder images for this base image, with tools from the wheelhouse or pip's indexes."""
     settings = prepared.settings
@@ -176,6 +172,9 @@ def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None
     )
 
 
+def _session(
+    history: History,
+    exporter: SourceExporter,
     tester: Tester,
     lookup: Lookup,
     inputs: SessionInputs,
@@ -245,6 +244,8 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
             f"the known-good commit {sha} fails too ({why}): the environment, not a commit, is "
             "at fault; check the base image, devices and goldens, or pick an older --good"
         )
+    elif attempt.reason.startswith("source unavailable"):
+        text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
     elif failure.which == "good":
         text = f"the known-good commit {sha} could not be tested ({why}); pick another --good"
     elif attempt.verdict is Verdict.GOOD:
@@ -258,8 +259,6 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
 def run_bisect(
     settings: Settings,
     *,
-    elif attempt.reason.startswith("source unavailable"):
-        text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
     new_session: bool = False,
     events: Events | None = None,
     phase: Callable[[str], None] | None = None,
@@ -291,6 +290,10 @@ def run_bisect(
             events=events,
         )
         try:
+            tester.preflight(
+                [prepared.good, *prepared.commits],
+                prepared.history.gitlinks([prepared.good, prepared.bad], settings.submodule_path),
+            )
             outcome = session.run()
         except EndpointFailure as failure:
             error = endpoint_error(failure)
@@ -308,12 +311,6 @@ def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome
     # Only the endpoints: listing every untested candidate would bury the one line that matters.
     outcome = Outcome("inconclusive", LevelResult("pypto", [good, *commits[-1:]]))
     outcome.endpoint_failure = message
-            tester.preflight(
-                [prepared.good, *prepared.commits],
-                prepared.history.gitlinks(
-                    [prepared.good, prepared.bad], settings.submodule_path
-                ),
-            )
     outcome.notes.append(message)
     return outcome
 
