@@ -75,12 +75,15 @@ app.add_typer(cache_app, name="cache")
 
 
 def _interrupt_on_sigterm() -> None:
-    """CI runners and `timeout` stop jobs with SIGTERM: treat it like Ctrl-C so cleanup runs."""
+    """CI runners and `timeout` stop jobs with SIGTERM, a dropped ssh session sends SIGHUP: treat
+    both like Ctrl-C so the containers are removed and the ledger stays resumable."""
 
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, handler)
 
 
 @contextmanager

@@ -9,6 +9,7 @@ tool is cleaned up by the next run through `remove_stale_containers`.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import re
 import socket
@@ -417,6 +418,32 @@ def hand_back(
         labels={KIND_LABEL: "chown"},
     )
     run_container(client, chown, log_path=log_path, timeout=timeout)
+
+
+def reclaim(client: docker.DockerClient, image: str, directory: Path, log_path: Path) -> bool:
+    """Give the calling user back what root containers left under `directory`; True if needed.
+
+    An example container killed with its run (SIGKILL, or removed as stale by the next run)
+    never reaches its chown, and a user in the docker group cannot delete root-owned files:
+    without this, such a user could not resume, prune or remove their own workdir.
+    """
+    if not hasattr(os, "getuid") or os.getuid() == 0 or not directory.is_dir():
+        return False
+    uid = os.getuid()
+    foreign = False
+    with contextlib.suppress(OSError):
+        foreign = any(path.lstat().st_uid != uid for path in directory.rglob("*"))
+    if not foreign:
+        return False
+    chown = ContainerSpec(
+        image=image,
+        command=["chown", "-R", f"{uid}:{os.getgid()}", "/reclaim"],
+        mounts=[Mount(host=str(directory.resolve()), container="/reclaim", read_only=False)],
+        labels={KIND_LABEL: "chown"},
+        user="0:0",
+    )
+    run_container(client, chown, log_path=log_path, timeout=_GRACE_SECONDS * 6)
+    return True
 
 
 def _artifact_owner(run: ExampleRun) -> str:

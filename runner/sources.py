@@ -159,6 +159,14 @@ def _git_dir_of(location: Path) -> Path | None:
     return None
 
 
+def _is_dir(path: Path) -> bool:
+    """Like Path.is_dir, but a place this user may not look into is simply not there."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def _objects_dir(git_dir: Path) -> Path:
     commondir = git_dir / "commondir"
     if commondir.is_file():
@@ -400,7 +408,7 @@ class SourceExporter:
 
     def _child(self, parent: _Repo, entry: _SubmoduleEntry, display: str) -> _Repo:
         """Every local place the submodule `entry` of `parent` may keep its objects."""
-        worktrees = [w / entry.path for w in parent.worktrees if (w / entry.path).is_dir()]
+        worktrees = [w / entry.path for w in parent.worktrees if _is_dir(w / entry.path)]
         urls = [entry.url]
         urls += [
             cfg.get(entry.name)
@@ -408,14 +416,19 @@ class SourceExporter:
         ]
         url_dirs: list[Path] = []
         for url in dict.fromkeys(u for u in urls if u):
-            url_dirs.extend(p for p in _local_url_paths(url, parent.url_bases) if p.is_dir())
+            url_dirs.extend(p for p in _local_url_paths(url, parent.url_bases) if _is_dir(p))
         locations = [g / "modules" / entry.name for g in parent.git_dirs]
         locations += worktrees + url_dirs
         if not parent.names and _norm(entry.path) in self._extra:
             locations.append(self._extra[_norm(entry.path)])
         # Last resort, after the stores named for this submodule: every other module store of the
         # parent, since a submodule renamed in .gitmodules keeps its objects under the old name.
-        locations += [m for g in parent.git_dirs for m in sorted((g / "modules").glob("*"))]
+        locations += [
+            m
+            for g in parent.git_dirs
+            if _is_dir(g / "modules")
+            for m in sorted((g / "modules").glob("*"))
+        ]
         git_dirs = [g for g in (_git_dir_of(loc) for loc in locations) if g is not None]
         base = parent.mirror.parent if parent.names else self._root
         mirror = base / "modules" / _quote(entry.name) / "mirror.git"
@@ -474,7 +487,7 @@ class SourceExporter:
                 alternates = info / "alternates"
                 listed = alternates.read_text().splitlines() if alternates.exists() else []
                 current = {Path(line) for line in listed if line.strip()}
-                merged = {p for p in current | wanted if p.is_dir()}
+                merged = {p for p in current | wanted if _is_dir(p)}
                 if merged != current:
                     tmp = info / f"alternates.{os.getpid()}.tmp"
                     tmp.write_text("".join(f"{p}\n" for p in sorted(merged)))

@@ -21,7 +21,7 @@ from runner.builders import PackageSources, Pin, Provisioner
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
-from runner.execute import Mount, remove_stale_containers
+from runner.execute import Mount, reclaim, remove_stale_containers
 from runner.history import CommitInfo, History, pointer_states
 from runner.inputs import SNAPSHOTS, snapshot
 from runner.ledger import (
@@ -269,6 +269,12 @@ def run_bisect(
     remove_stale_containers(prepared.client)
     for warning in prepared.passthrough.warnings:
         if events is not None:
+    reclaim(
+        prepared.client,
+        prepared.base_image_id,
+        prepared.workdir / "runs",
+        prepared.workdir / "reclaim.log",
+    )
             events.note(f"warning: {warning}")
     workdir = prepared.workdir
     with Ledger.open(
