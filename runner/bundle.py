@@ -129,7 +129,8 @@ def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
                 owner=_PLACEHOLDER_OWNER,
             )
         )
-        _copy_lib(prepared.lib, destination / "lib")
+        # The session's read-only snapshot is what the runs mounted; older sessions had none.
+        _copy_lib(run.lib_dir if run.lib_dir.is_dir() else prepared.lib, destination / "lib")
         _copy_judge(destination / "judge")
         recorded_log = Path(attempt.log_path) if attempt.log_path else None
         if recorded_log is not None and recorded_log.is_file():
@@ -174,12 +175,14 @@ def _save_image(image: Any, path: Path) -> int:
 def _copy_lib(lib: Path, into: Path) -> None:
     """The pypto-lib files the example can import: git's view when it is a checkout (tracked and
     untracked, ignored files left out), else the whole tree without caches and build output."""
-    listed = subprocess.run(
-        ["git", "-C", str(lib), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-        check=False,
-    )
-    if listed.returncode == 0:
+    listed = None
+    if (lib / ".git").exists():  # not a directory inside some other repository's work tree
+        listed = subprocess.run(
+            ["git", "-C", str(lib), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=False,
+        )
+    if listed is not None and listed.returncode == 0:
         for name in filter(None, listed.stdout.decode().split("\0")):
             source = lib / name
             if not source.is_file() or _SKIP_LIB.intersection(PurePosixPath(name).parts):
@@ -188,7 +191,9 @@ def _copy_lib(lib: Path, into: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target, follow_symlinks=False)
     else:
-        shutil.copytree(lib, into, symlinks=True, ignore=shutil.ignore_patterns(*_SKIP_LIB))
+        shutil.copytree(
+            lib, into, symlinks=True, ignore=shutil.ignore_patterns(*_SKIP_LIB, "*.pyc")
+        )
     into.mkdir(parents=True, exist_ok=True)
 
 
