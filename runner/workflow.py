@@ -267,14 +267,14 @@ def run_bisect(
     started = time.monotonic()
     prepared = prepare(settings)
     remove_stale_containers(prepared.client)
-    for warning in prepared.passthrough.warnings:
-        if events is not None:
     reclaim(
         prepared.client,
         prepared.base_image_id,
         prepared.workdir / "runs",
         prepared.workdir / "reclaim.log",
     )
+    for warning in prepared.passthrough.warnings:
+        if events is not None:
             events.note(f"warning: {warning}")
     workdir = prepared.workdir
     with Ledger.open(
