@@ -474,6 +474,11 @@ def status(
             f"{level['tests']} tested, about {level['steps_left']} steps left"
         )
     OUT.print(f"state: {data['state']}")
+    for package, counts in data["ccache"].items():
+        rate = counts["hits"] / counts["compiled"] if counts["compiled"] else 0.0
+        OUT.print(
+            f"ccache {package}: {counts['hits']}/{counts['compiled']} compilations hit ({rate:.0%})"
+        )
     for step in data["last"]:
         OUT.print(
             f"  {step['verdict']:4} {step['level']:7} pypto {step['pypto'][:12]} "
@@ -525,10 +530,23 @@ def _status_data(state: Any) -> dict:
                 "simpler": a.simpler_sha,
                 "verdict": a.verdict.value,
                 "reason": a.reason,
+                "ccache": {k: list(v) for k, v in a.ccache.items()},
             }
             for a in attempts[-5:]
         ],
+        "ccache": _ccache_totals(attempts),
     }
+
+
+def _ccache_totals(attempts: Any) -> dict[str, Any]:
+    """ccache hits and compilations over the session's builds, per package."""
+    totals: dict[str, list[int]] = {}
+    for attempt in attempts:
+        for package, (hits, misses) in attempt.ccache.items():
+            done = totals.setdefault(package, [0, 0])
+            done[0] += hits
+            done[1] += hits + misses
+    return {k: {"hits": v[0], "compiled": v[1]} for k, v in sorted(totals.items())}
 
 
 @app.command()

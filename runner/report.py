@@ -85,18 +85,25 @@ def _stats(
 ) -> dict[str, Any]:
     builds = {"pypto": 0, "simpler": 0}
     hits = 0
+    ccache = {"hits": 0, "misses": 0}
     for attempt in doc.attempts:
         for package, state in attempt.builds.items():
             if state in ("built", "failed"):
                 builds[package] = builds.get(package, 0) + 1
             elif state in ("cached", "failed-cached"):
                 hits += 1
+        for counts in attempt.ccache.values():
+            ccache["hits"] += counts[0]
+            ccache["misses"] += counts[1]
+    compiled = ccache["hits"] + ccache["misses"]
     if wall_s is None:
         wall_s = sum((a.finished_at - a.started_at).total_seconds() for a in doc.attempts)
     return {
         "tests": len(doc.attempts),
         "builds": builds,
         "cache_hits": hits,
+        "ccache": {**ccache, "hit_rate": round(ccache["hits"] / compiled, 3) if compiled else None},
+        "export_s": round(sum(a.export_s for a in doc.attempts), 2),
         "wall_s": round(wall_s, 2),
         "invocation_s": round(invocation_s, 2) if invocation_s is not None else None,
     }
@@ -139,6 +146,10 @@ def _step(attempt: Attempt) -> dict[str, Any]:
         "build_s": round(attempt.build_s, 2),
         "run_s": round(attempt.run_s, 2),
         "builds": dict(attempt.builds),
+        "build_tools": {k: list(v) for k, v in attempt.build_tools.items()},
+        "builders": dict(attempt.builders),
+        "ccache": {k: list(v) for k, v in attempt.ccache.items()},
+        "export_s": round(attempt.export_s, 2),
         "from_cache": bool(attempt.builds)
         and all(state.endswith("cached") for state in attempt.builds.values()),
         "metrics": dict(attempt.metrics),
@@ -423,8 +434,8 @@ def build_markdown(
     lines += [
         "## Steps",
         "",
-        "| run | level | pypto | simpler | verdict | reason | build s | run s | cache |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | level | pypto | simpler | verdict | reason | build s | run s | cache | ccache |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step in data["steps"]:
         reason = str(step["reason"]).replace("|", "\\|")[:90]
@@ -432,14 +443,18 @@ def build_markdown(
         lines.append(
             f"| {step['run_id']} | {step['level']} | `{step['pypto'][:12]}` | "
             f"`{(step['simpler'] or 'none')[:12]}` | {step['verdict']} | {reason} | "
-            f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} |"
+            f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} | {_ccache(step)} |"
         )
+    lines += _build_environments(data["steps"])
     stats = data["stats"]
     this = stats.get("invocation_s")
+    rate = stats["ccache"]["hit_rate"]
     lines += [
         "",
         f"{stats['tests']} tests, builds: pypto {stats['builds']['pypto']}, simpler "
-        f"{stats['builds']['simpler']}, cache hits {stats['cache_hits']}, {stats['wall_s']} s "
+        f"{stats['builds']['simpler']}, cache hits {stats['cache_hits']}, "
+        + (f"ccache hit rate {rate:.0%}, " if rate is not None else "")
+        + f"source export {stats['export_s']} s, {stats['wall_s']} s "
         f"in the session" + (f" ({this} s in this invocation)." if this is not None else "."),
         "",
     ]
@@ -457,6 +472,34 @@ def build_markdown(
             "",
         ]
     return "\n".join(lines)
+
+
+def _ccache(step: Mapping[str, Any]) -> str:
+    """ccache hits/compilations of the builds this step made, e.g. `pypto 180/180`."""
+    return ", ".join(f"{k} {v[0]}/{v[0] + v[1]}" for k, v in sorted(step["ccache"].items()))
+
+
+def _build_environments(steps: list[dict[str, Any]]) -> list[str]:
+    """Which build tools built what: the resolved pins are part of every verdict's inputs."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for step in steps:
+        for package, tools in step.get("build_tools", {}).items():
+            builder = step["builders"].get(package, "")
+            sha = step["pypto"] if package == "pypto" else step["simpler"] or ""
+            seen.setdefault((" ".join(tools), builder), set()).add(f"{package} {sha[:12]}")
+    if not seen:
+        return []
+    lines = [
+        "",
+        "## Build environments",
+        "",
+        "| build tools | builder image | built |",
+        "|---|---|---|",
+    ]
+    for (tools, builder), built in sorted(seen.items()):
+        listed = ", ".join(sorted(built)[:6]) + (" ..." if len(built) > 6 else "")
+        lines.append(f"| {tools} | `{builder[7:19] or '-'}` | {listed} |")
+    return lines
 
 
 def write_reports(
