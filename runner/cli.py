@@ -341,6 +341,25 @@ def run(
         bool | None,
         typer.Option("--verify/--no-verify", help="Check that good is good and bad is bad first."),
     ] = None,
+    confidence: Annotated[
+        float | None,
+        typer.Option(
+            metavar="P", help="Stop when the likeliest culprit reaches this probability [0.95]."
+        ),
+    ] = None,
+    repeat: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", help="Fixed runs per tested commit, judged by --policy (no confidence)."
+        ),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(metavar="POLICY", help="any-fail or majority: how --repeat runs are judged."),
+    ] = None,
+    max_mismatch_ratio: MismatchOpt = None,
+    max_abs_diff: AbsDiffOpt = None,
+    max_rel_diff: RelDiffOpt = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Stream build and run logs.")
     ] = False,
@@ -381,6 +400,12 @@ def run(
         "extra_args": extra_arg or None,
         "verdict": {k: v for k, v in verdict.items() if v} or None,
         "verify": verify,
+        "confidence": confidence,
+        "repeat": repeat,
+        "policy": policy,
+        "max_mismatch_ratio": max_mismatch_ratio,
+        "max_abs_diff": max_abs_diff,
+        "max_rel_diff": max_rel_diff,
     }
     hint = "nothing recorded is lost; rerun the same command to resume"
     _interrupt_on_sigterm()
@@ -549,19 +574,53 @@ def _ccache_totals(attempts: Any) -> dict[str, Any]:
     return {k: {"hits": v[0], "compiled": v[1]} for k, v in sorted(totals.items())}
 
 
+MismatchOpt = Annotated[
+    float | None,
+    typer.Option(
+        metavar="RATIO",
+        help="Bad when more than this share of elements mismatch (from the figures).",
+    ),
+]
+AbsDiffOpt = Annotated[
+    float | None,
+    typer.Option(metavar="DIFF", help="Bad when the max abs diff exceeds this (from the figures)."),
+]
+RelDiffOpt = Annotated[
+    float | None,
+    typer.Option(metavar="DIFF", help="Bad when the max rel diff exceeds this (from the figures)."),
+]
+
+
 @app.command()
 def report(
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
     session: SessionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print report.json instead.")] = False,
+    rethreshold: Annotated[
+        bool,
+        typer.Option(
+            "--rethreshold",
+            help="Re-judge every attempt from its recorded figures with the --max-* limits "
+            "given here (none: the example's own PASS/FAIL); starts no container.",
+        ),
+    ] = False,
+    max_mismatch_ratio: MismatchOpt = None,
+    max_abs_diff: AbsDiffOpt = None,
+    max_rel_diff: RelDiffOpt = None,
 ) -> None:
     """Rewrite report.md and report.json from the ledger and print the report (an earlier
     session's go to sessions/NAME/ in the workdir)."""
+    from runner.verdict import Tolerance
     from runner.workflow import rewrite_reports
 
+    limits = Tolerance(max_mismatch_ratio, max_abs_diff, max_rel_diff)
     with guarded():
-        result = rewrite_reports(_workdir(workdir), cache_dir, session)
+        if limits.active and not rethreshold:
+            raise BadInput("--max-* limits on `report` need --rethreshold")
+        result = rewrite_reports(
+            _workdir(workdir), cache_dir, session, limits if rethreshold else None
+        )
     if json_out:
         OUT.print_json(data=result.report)
     else:

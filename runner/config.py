@@ -42,6 +42,7 @@ from pydantic_settings import (
 )
 
 from runner.errors import BadInput
+from runner.verdict import Tolerance
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -277,10 +278,26 @@ class Settings(BaseSettings):
     policy: Literal["any-fail", "majority"] = Field(
         default="majority", description="How `repeat` runs make one verdict."
     )
+    max_mismatch_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        description="Judge by the figures: bad when more than this share of elements mismatch.",
+    )
+    max_abs_diff: float | None = Field(
+        default=None, ge=0, description="Judge by the figures: bad above this max abs diff."
+    )
+    max_rel_diff: float | None = Field(
+        default=None, ge=0, description="Judge by the figures: bad above this max rel diff."
+    )
     verdict: VerdictConfig = Field(
         default_factory=VerdictConfig,
         description="Regular expressions that replace the built-in pass and failure patterns.",
     )
+
+    def tolerance(self) -> Tolerance | None:
+        """The limits that judge attempts instead of the example's PASS/FAIL, when any is set."""
+        limits = Tolerance(self.max_mismatch_ratio, self.max_abs_diff, self.max_rel_diff)
+        return limits if limits.active else None
 
     @classmethod
     def settings_customise_sources(

@@ -28,6 +28,7 @@ from runner.errors import BisectError
 from runner.history import Change, History
 from runner.ledger import Attempt, Level
 from runner.search import Found, Inconclusive, Test, Verdict, bounds, next_step, steps_left
+from runner.verdict import Tolerance
 
 Source = Literal["pypto", "simpler", "inconclusive"]
 Policy = Literal["any-fail", "majority"]
@@ -269,6 +270,7 @@ class Session:
         confidence: float = DEFAULT_CONFIDENCE,
         repeat: int | None = None,
         policy: Policy = "majority",
+        tolerance: Tolerance | None = None,
     ) -> None:
         if repeat is not None and repeat < 1:
             raise BisectError(f"--repeat must be at least 1, got {repeat}")
@@ -286,6 +288,7 @@ class Session:
         self.confidence = confidence
         self.repeat = repeat
         self.policy: Policy = policy
+        self.tolerance = tolerance
         self._gitlinks: dict[str, str | None] = {}
         self._subjects: dict[str, str] = {}
 
@@ -309,10 +312,16 @@ class Session:
         """The verdicts the ledger holds for a pair, from this stage and the ones before it."""
         limit = _STAGES[stage]
         return [
-            attempt.verdict
+            self.verdict(attempt)
             for attempt in self.lookup(pypto, simpler)
             if _STAGES.get(attempt.level, 99) <= limit
         ]
+
+    def verdict(self, attempt: Attempt) -> Verdict:
+        """The attempt's verdict under the session's tolerance, else the example's own."""
+        if self.tolerance is None:
+            return attempt.verdict
+        return self.tolerance.apply(attempt.verdict, attempt.metrics)
 
     def _run_once(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
         attempt = self.tester.test(level, pypto, simpler)
@@ -345,7 +354,7 @@ class Session:
         )
         attempt = self._run_once(result.level, pypto, simpler)
         result.tests += 1
-        result.observations.setdefault(index, []).append(attempt.verdict)
+        result.observations.setdefault(index, []).append(self.verdict(attempt))
         return attempt
 
     def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
@@ -565,7 +574,7 @@ class Session:
                 )
                 if verdict is not None:
                     return verdict
-            seen.append(self._run_once("split", pypto, simpler).verdict)
+            seen.append(self.verdict(self._run_once("split", pypto, simpler)))
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         pointer = self._half(first, parent, new)

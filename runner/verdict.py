@@ -8,6 +8,7 @@ on. Pure: text in, data out.
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from collections.abc import Iterable, Mapping
@@ -17,7 +18,7 @@ from functools import lru_cache
 from runner.errors import BadInput
 from runner.search import Verdict
 
-__all__ = ["Outcome", "VerdictPatterns", "clean_output", "judge", "parse_metrics"]
+__all__ = ["Outcome", "Tolerance", "VerdictPatterns", "clean_output", "judge", "parse_metrics"]
 
 MetricValue = float | int | str
 
@@ -35,6 +36,10 @@ _MAX_ABS = re.compile(
     re.IGNORECASE,
 )
 _NUMPY_MAX_ABS = re.compile(rf"Max absolute difference(?: among violations)?:\s*({_NUM})")
+_MAX_REL = re.compile(
+    rf"max(?:imum)?[ _]rel(?:ative)?[ _]diff(?:erence)?\s*[=:]\s*({_NUM})", re.IGNORECASE
+)
+_NUMPY_MAX_REL = re.compile(rf"Max relative difference(?: among violations)?:\s*({_NUM})")
 _RATIO = re.compile(
     rf"ratio_allclose fail:\s*error_count\s*=\s*(\d+)\s*/\s*(\d+)"
     rf"(?:\s*\(ratio\s*=\s*({_NUM})%(?:,\s*allowed\s*<=\s*({_NUM})%)?"
@@ -137,6 +142,62 @@ class Outcome:
     verdict: Verdict
     reason: str
     metrics: dict[str, MetricValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Limits on the parsed precision figures that judge a run instead of the example's own
+    PASS/FAIL.
+
+    The example's comparator is often stricter (or looser) than what a team accepts; applying
+    limits to the figures already in the ledger lets `report --rethreshold` re-judge a finished
+    session without running anything. A run that printed no figure for a limit passed that limit
+    if the example itself passed (a passing run prints no mismatch), and keeps its own verdict
+    otherwise: a failure without figures cannot be re-judged.
+    """
+
+    max_mismatch_ratio: float | None = None
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in self.limits.values())
+
+    @property
+    def limits(self) -> dict[str, float | None]:
+        return {
+            "mismatch_ratio": self.max_mismatch_ratio,
+            "max_abs_diff": self.max_abs_diff,
+            "max_rel_diff": self.max_rel_diff,
+        }
+
+    def apply(self, verdict: Verdict, metrics: Mapping[str, MetricValue]) -> Verdict:
+        verdict = Verdict(verdict)
+        if not self.active or verdict is Verdict.SKIP:
+            return verdict
+        judged = False
+        for key, limit in self.limits.items():
+            if limit is None:
+                continue
+            value = _figure(metrics, key)
+            if value is None:
+                continue
+            judged = True
+            if math.isnan(value) or value > limit:
+                return Verdict.BAD
+        if judged or verdict is Verdict.GOOD:
+            return Verdict.GOOD
+        return verdict
+
+
+def _figure(metrics: Mapping[str, MetricValue], key: str) -> float | None:
+    value = metrics.get(key)
+    if key == "mismatch_ratio" and value is None and "ratio_pct" in metrics:
+        value = float(metrics["ratio_pct"]) / 100  # the ratio comparator reports percent
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def clean_output(output: str) -> str:
@@ -255,6 +316,15 @@ def _parse_clean(text: str) -> dict[str, MetricValue]:
             metrics["max_abs_diff_at"] = where
         if tol is not None:
             metrics["tol"] = float(tol)
+
+    worst_rel: float | None = None
+    for pattern in (_MAX_REL, _NUMPY_MAX_REL):
+        for match in pattern.finditer(text):
+            value = float(match.group(1))
+            if worst_rel is None or _bigger(value, worst_rel):
+                worst_rel = value
+    if worst_rel is not None:
+        metrics["max_rel_diff"] = worst_rel
 
     names = _dedupe(
         [m.group(1) for m in _FAILED_TENSOR.finditer(text)]

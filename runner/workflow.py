@@ -49,6 +49,7 @@ from runner.session import (
 )
 from runner.sources import SourceExporter
 from runner.triage import compare_generated
+from runner.verdict import Tolerance
 from runner.wheels import BuildSettings, WheelCache
 
 LEDGER_NAME = "ledger.json"
@@ -207,6 +208,7 @@ def _session(
         confidence=settings.confidence if settings is not None else DEFAULT_CONFIDENCE,
         repeat=settings.repeat if settings is not None else None,
         policy=settings.policy if settings is not None else "majority",
+        tolerance=settings.tolerance() if settings is not None else None,
     )
 
 
@@ -338,10 +340,17 @@ class Replay:
     endpoint_failure: EndpointFailure | None = None
 
 
-def replay(workdir: Path, cache_dir: Path | None = None, session: str | None = None) -> Replay:
+def replay(
+    workdir: Path,
+    cache_dir: Path | None = None,
+    session: str | None = None,
+    rethreshold: Tolerance | None = None,
+) -> Replay:
     """Rebuild a session's picture from its ledger alone (for `status` and `report`).
 
     ``session`` names an earlier session of the workdir (a backup `--new-session` made).
+    ``rethreshold`` re-judges every attempt from its recorded figures with these limits instead
+    of the session's (an inactive Tolerance: the example's own PASS/FAIL).
     """
     workdir = workdir.expanduser().resolve()
     path = ledger_path(workdir)
@@ -354,6 +363,14 @@ def replay(workdir: Path, cache_dir: Path | None = None, session: str | None = N
     document = Ledger.read(path)
     inputs = document.inputs
     settings = _settings_or_none(workdir, saved)
+    if rethreshold is not None:
+        settings = (settings or Settings()).model_copy(
+            update={
+                "max_mismatch_ratio": rethreshold.max_mismatch_ratio,
+                "max_abs_diff": rethreshold.max_abs_diff,
+                "max_rel_diff": rethreshold.max_rel_diff,
+            }
+        )
     if cache_dir is None:
         cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
     history = History(Path(inputs.pypto_repo))
@@ -378,10 +395,25 @@ def _settings_or_none(workdir: Path, path: Path | None = None) -> Settings | Non
 
 
 def rewrite_reports(
-    workdir: Path, cache_dir: Path | None = None, session: str | None = None
+    workdir: Path,
+    cache_dir: Path | None = None,
+    session: str | None = None,
+    rethreshold: Tolerance | None = None,
 ) -> RunResult:
     """The reports again; an earlier session's go to sessions/<name>/, never over the current."""
-    state = replay(workdir, cache_dir, session)
+    state = replay(workdir, cache_dir, session, rethreshold)
+    if rethreshold is not None:
+        limits = ", ".join(f"{k} <= {v:g}" for k, v in rethreshold.limits.items() if v is not None)
+        state.outcome.notes.append(
+            f"re-judged from the recorded figures ({limits or 'the example PASS/FAIL'}); "
+            "no container was started"
+        )
+        pending = state.outcome.pending
+        if pending is not None:
+            state.outcome.notes.append(
+                f"these thresholds need tests the ledger lacks: `run` with them would test next "
+                f"the {pending}"
+            )
     out = state.workdir
     if session is not None:
         out = out / "sessions" / earlier_session(ledger_path(out), session).name.split(".")[-2]

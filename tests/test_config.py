@@ -158,6 +158,9 @@ ROWS: dict[str, tuple[str, str, object]] = {
     "confidence": ("0.99", "confidence = 0.99", 0.99),
     "repeat": ("3", "repeat = 3", 3),
     "policy": ("any-fail", 'policy = "any-fail"', "any-fail"),
+    "max_mismatch_ratio": ("0.01", "max_mismatch_ratio = 0.01", 0.01),
+    "max_abs_diff": ("0.005", "max_abs_diff = 0.005", 0.005),
+    "max_rel_diff": ("0.1", "max_rel_diff = 0.1", 0.1),
     "verdict": ('{"bad": ["BOOM"]}', '[verdict]\nbad = ["BOOM"]', VerdictConfig(bad=["BOOM"])),
 }
 

@@ -313,3 +313,57 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     owner = f"{socket.gethostname()}:{process.pid}"
     left = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
     assert [c.name for c in left if c.labels.get(OWNER_LABEL) == owner] == []
+
+
+TWO_STEPS = SampleSpec(
+    **SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=3, simpler_regression_at=5
+)
+
+
+def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
+    sample_factory, bisect, tmp_path
+):
+    # abs diff ~0.0039 from pypto 3 (its code), ~0.0078 from pypto 6 (its simpler bump adds one)
+    sample = sample_factory(TWO_STEPS)
+    workdir = tmp_path / "work"
+    no_docker = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+    strict = bisect(sample)
+    assert strict.returncode == 0, strict.stderr
+    assert strict.json()["pypto"]["first_bad"] == sample.pypto_shas[3]
+
+    ahead = cli(
+        "report",
+        "--workdir",
+        str(workdir),
+        "--rethreshold",
+        "--max-abs-diff",
+        "0.005",
+        "--json",
+        env=no_docker,
+    )
+    assert ahead.returncode == 0, ahead.stderr
+    notes = " ".join(ahead.json()["notes"])
+    assert "no container was started" in notes
+    assert ahead.json()["finished"] is False and "would test next" in notes
+
+    relaxed = bisect(sample, "--max-abs-diff", "0.005")
+    assert relaxed.returncode == 0, relaxed.stderr
+    assert relaxed.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
+    assert relaxed.json()["simpler"]["culprit"] == sample.simpler_shas[5]
+
+    back = cli("report", "--workdir", str(workdir), "--rethreshold", "--json", env=no_docker)
+    assert back.returncode == 0, back.stderr
+    assert back.json()["pypto"]["first_bad"] == sample.pypto_shas[3]
+    again = cli(
+        "report",
+        "--workdir",
+        str(workdir),
+        "--rethreshold",
+        "--max-abs-diff",
+        "0.005",
+        "--json",
+        env=no_docker,
+    )
+    assert again.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
+    assert again.json()["finished"] is True

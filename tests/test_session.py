@@ -24,6 +24,7 @@ from runner.ledger import Attempt, Level
 from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
 from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session, _builds_from
+from runner.verdict import Tolerance
 
 SMALL = {
     "pypto_commits": 8,
@@ -522,3 +523,51 @@ def test_a_pointer_only_bump_tests_the_culprit_with_the_old_pointer_before_bisec
 )
 def test_build_descriptions_and_source_trees_count_as_build_inputs(path, builds):
     assert _builds_from(path) is builds
+
+
+class Graded(SpecTester):
+    """Bad by a hair from pypto index 3 (abs diff 4e-4), by a lot from index 6 (4e-3)."""
+
+    def test(self, level, pypto, simpler):
+        i = self.sample.pypto_index(pypto)
+        diff = 0.0 if i < 3 else (0.0004 if i < 6 else 0.004)
+        attempt = self.record(level, pypto, simpler, Verdict.BAD if diff else Verdict.GOOD)
+        attempt.metrics = {"max_abs_diff": diff} if diff else {}
+        return attempt
+
+
+def replay_only(sample: Sample, attempts: list[Attempt], **options) -> Outcome:
+    class LedgerOnly:
+        def test(self, level, pypto, simpler):
+            raise Pending(level, pypto, simpler)
+
+    return Session(
+        History(sample.pypto),
+        LedgerOnly(),
+        lambda p, s: [a for a in attempts if (a.pypto_sha, a.simpler_sha) == (p, s)],
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+        **options,
+    ).run()
+
+
+def test_limits_on_the_figures_rejudge_the_ledger_and_move_the_culprit(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),)))
+    loose = Tolerance(max_abs_diff=0.001)
+
+    strict, tester = bisect(sample, tester=Graded(sample))
+    assert strict.pypto.first_bad == sample.pypto_shas[3]
+
+    needs_more = replay_only(sample, tester.attempts, tolerance=loose)
+    assert needs_more.pending is not None, "the strict session never looked above index 3"
+    assert needs_more.pending.level == "pypto"
+
+    relaxed, _ = bisect(sample, tester=tester, tolerance=loose)
+    assert relaxed.pypto.first_bad == sample.pypto_shas[6]
+
+    assert (
+        replay_only(sample, tester.attempts, tolerance=loose).pypto.first_bad
+        == (sample.pypto_shas[6])
+    )
+    assert replay_only(sample, tester.attempts).pypto.first_bad == sample.pypto_shas[3]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from runner.errors import BadInput
 from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
 from runner.search import Verdict
-from runner.verdict import Outcome, VerdictPatterns, judge, parse_metrics
+from runner.verdict import Outcome, Tolerance, VerdictPatterns, judge, parse_metrics
 
 PASS_LOG = """\
 [INFO] PTO2_RING_HEAP=1073741824 PTO2_RING_TASK_WINDOW=16384
@@ -441,3 +441,47 @@ def test_ratio_figures_printed_with_g_or_e_read_back_exactly(
     assert metrics["ratio_pct"] == float(pct_s)
     assert metrics["ratio_allowed_pct"] == float(allowed_s)
     assert metrics["ratio_threshold"] == float(threshold_s)
+
+
+FAILING = """[RUN]   'out' FAIL  shape=(4,) dtype=float32 (allclose)
+Error: Output(s) does not match golden: ['out']
+Mismatched elements: 3/4  rtol=1e-05 atol=1e-06
+max abs diff=0.0039 at (2,) (tol=4e-05)
+max rel diff=0.001
+"""
+
+
+def test_relative_difference_is_parsed_beside_the_absolute_one() -> None:
+    metrics = parse_metrics(FAILING + "Max relative difference: 0.25\n")
+    assert metrics["max_abs_diff"] == pytest.approx(0.0039)
+    assert metrics["max_rel_diff"] == pytest.approx(0.25)
+    assert metrics["mismatch_ratio"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        (Tolerance(max_abs_diff=0.01), Verdict.GOOD),
+        (Tolerance(max_abs_diff=0.001), Verdict.BAD),
+        (Tolerance(max_mismatch_ratio=0.8), Verdict.GOOD),
+        (Tolerance(max_mismatch_ratio=0.5), Verdict.BAD),
+        (Tolerance(max_rel_diff=0.01), Verdict.GOOD),
+        (Tolerance(max_rel_diff=0.0001), Verdict.BAD),
+        (Tolerance(max_abs_diff=0.01, max_rel_diff=0.0001), Verdict.BAD),
+        (Tolerance(), Verdict.BAD),
+    ],
+)
+def test_limits_on_the_figures_judge_a_failing_run(limits, expected) -> None:
+    outcome = judge(1, FAILING)
+    assert outcome.verdict is Verdict.BAD
+    assert limits.apply(outcome.verdict, outcome.metrics) is expected
+
+
+def test_limits_keep_passes_good_skips_skipped_and_unmeasured_failures_bad() -> None:
+    limits = Tolerance(max_abs_diff=0.01)
+    passing = judge(0, "[RUN]   'out' PASS  shape=(1,) dtype=float32\n[RUN] PASS (0.1s)\n")
+    assert limits.apply(passing.verdict, passing.metrics) is Verdict.GOOD
+    assert limits.apply(Verdict.SKIP, {"max_abs_diff": 0.0}) is Verdict.SKIP
+    assert limits.apply(Verdict.BAD, {}) is Verdict.BAD
+    assert limits.apply(Verdict.GOOD, {"max_abs_diff": math.nan}) is Verdict.BAD
+    assert Tolerance(max_mismatch_ratio=0.1).apply(Verdict.BAD, {"ratio_pct": 5.0}) is Verdict.GOOD
