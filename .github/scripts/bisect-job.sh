@@ -85,6 +85,12 @@ if [ -n "${REPEAT:-}" ]; then export BISECT_PRECISION_REPEAT="$REPEAT"; fi
 if [ -n "${CONFIG:-}" ]; then args+=(--config "$CONFIG"); fi
 
 # One bisect per device on this machine, whichever repository or workflow started it.
+if ! command -v flock >/dev/null 2>&1; then
+    annotate error "bisect: infrastructure failure" \
+        "flock (util-linux) is missing on this runner; it keeps two bisects off one device"
+    echo "infrastructure=true" >>"$GITHUB_OUTPUT"
+    exit 4
+fi
 lock="$state/locks/device-${DEVICE//[^0-9A-Za-z,_-]/_}.lock"
 exec 9>"$lock"
 if ! flock -n 9; then
