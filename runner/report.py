@@ -15,6 +15,7 @@ from typing import Any
 
 from runner.history import Change, CommitInfo
 from runner.ledger import Attempt, LedgerDocument
+from runner.plots import Point, plot, present, series
 from runner.search import Verdict
 from runner.session import LevelResult, Outcome, describe_split
 from runner.triage import Triage
@@ -26,6 +27,7 @@ INTERESTING = re.compile(
     re.IGNORECASE,
 )
 MAX_HUNK_LINES = 200
+PLOT_NAME = "metrics.png"
 
 
 @dataclass
@@ -42,6 +44,7 @@ class ReportFacts:
     bisect_log: str = ""
     wall_s: float | None = None  # the session's, over every invocation
     invocation_s: float | None = None  # this invocation's; None when no bisect ran (`report`)
+    plot: str = ""  # the figures' PNG, relative to the report
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -229,6 +232,60 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, CommitInfo]) 
     return lines
 
 
+def _levels(doc: LedgerDocument, outcome: Outcome) -> list[tuple[str, list[Point], int | None]]:
+    """Each level's figures along its candidates, with the culprit's position."""
+    out = []
+    pypto_runs = [a for a in doc.attempts if a.level == "pypto"]
+    out.append(("pypto", series(pypto_runs, outcome.pypto.candidates), outcome.pypto.found))
+    if outcome.simpler is not None:
+        runs = [a for a in doc.attempts if a.level == "simpler"]
+        level = outcome.simpler
+        out.append(("simpler", series(runs, level.candidates, key="simpler"), level.found))
+    return out
+
+
+def _figures(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
+    data: dict[str, Any] = {"plot": facts.plot or None}
+    for name, points, _ in _levels(doc, outcome):
+        data[name] = [
+            {"index": p.index, "sha": p.sha, "verdicts": p.verdicts, "values": p.values}
+            for p in points
+        ]
+    return data
+
+
+def _figure_lines(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> list[str]:
+    lines: list[str] = []
+    for name, points, culprit in _levels(doc, outcome):
+        names = present(points)
+        if not names:
+            continue
+        lines += [
+            f"### {name} level",
+            "",
+            "| order | commit | runs | " + " | ".join(names) + " |",
+            "|---|---|---|" + "---|" * len(names),
+        ]
+        for p in points:
+            cells = []
+            for figure in names:
+                values = p.values.get(figure, [])
+                cells.append(f"{sum(values) / len(values):.4g}" if values else "")
+            mark = " **culprit**" if p.index == culprit else ""
+            runs = ", ".join(p.verdicts)
+            lines.append(
+                f"| {p.index}{mark} | `{p.sha[:12]}` | {runs} | " + " | ".join(cells) + " |"
+            )
+        lines.append("")
+    if not lines:
+        return []
+    head = ["## Precision figures along the tested commits", ""]
+    head += ["Means over each commit's runs; a pass without figures counts as 0.", ""]
+    if facts.plot:
+        lines += [f"![precision figures against commit order]({facts.plot})", ""]
+    return head + lines
+
+
 def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
     pypto = outcome.pypto
     simpler = outcome.simpler
@@ -251,6 +308,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "simpler": None,
         "triage": None,
         "notes": list(outcome.notes),
+        "figures": _figures(doc, outcome, facts),
         "confidence": {
             "threshold": outcome.confidence,
             "pypto": _confidence(pypto),
@@ -420,6 +478,7 @@ def build_markdown(
             lines += ["## Candidate simpler commits", ""]
             lines += [f"- `{sha}`" for sha in outcome.simpler.suspects]
             lines.append("")
+    lines += _figure_lines(doc, outcome, facts)
     if data["confidence"]["pypto"] is not None:
         lines += ["## Confidence", ""]
         lines += _confidence_lines(data["confidence"], facts.commits)
@@ -509,6 +568,10 @@ def write_reports(
     workdir.mkdir(parents=True, exist_ok=True)
     json_path = workdir / "report.json"
     md_path = workdir / "report.md"
+    drawn = plot(_levels(doc, outcome), workdir / PLOT_NAME)
+    facts.plot = PLOT_NAME if drawn is not None else ""
+    if drawn is None:
+        (workdir / PLOT_NAME).unlink(missing_ok=True)
     data = build_json(doc, outcome, facts)
     for path, text in (
         (json_path, json.dumps(data, indent=2) + "\n"),

@@ -367,3 +367,9 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     )
     assert again.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
     assert again.json()["finished"] is True
+    md = (workdir / "report.md").read_text()
+    assert "![precision figures against commit order](metrics.png)" in md
+    assert "| max_abs_diff |" in md
+    assert (workdir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+    figures = again.json()["figures"]["pypto"]
+    assert [p["index"] for p in figures] == sorted(p["index"] for p in figures)

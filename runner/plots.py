@@ -1,0 +1,116 @@
+"""How the precision figures move along the tested commits: a table's data and a PNG plot.
+
+A culprit is easier to trust when its figures jump where the verdicts flip, and easier to doubt
+when they drift or scatter; a plot shows that at a glance. The series come from the ledger alone,
+so `report` can redraw them at any time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.ledger import Attempt
+
+FIGURES = ("mismatch_ratio", "max_abs_diff", "max_rel_diff", "ratio_pct")
+
+
+@dataclass
+class Point:
+    """One tested commit: its position in the level's candidates and every run's figures."""
+
+    index: int
+    sha: str
+    verdicts: list[str] = field(default_factory=list)
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+
+def series(
+    attempts: Sequence[Attempt], candidates: Sequence[str], key: str = "pypto"
+) -> list[Point]:
+    """Points in candidate order for attempts whose ``key`` commit ("pypto" or "simpler") is a
+    candidate; a passing run without figures counts as 0 for the difference figures, as the
+    example compared and found nothing beyond tolerance to print."""
+    order = {sha: i for i, sha in enumerate(candidates)}
+    points: dict[int, Point] = {}
+    for attempt in attempts:
+        sha = attempt.pypto_sha if key == "pypto" else attempt.simpler_sha
+        if sha not in order:
+            continue
+        point = points.setdefault(order[sha], Point(order[sha], sha))
+        point.verdicts.append(attempt.verdict.value)
+        for name in FIGURES:
+            value = attempt.metrics.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                point.values.setdefault(name, []).append(float(value))
+            elif attempt.verdict.value == "good" and name != "ratio_pct":
+                point.values.setdefault(name, []).append(0.0)
+    return [points[i] for i in sorted(points)]
+
+
+def present(points: Sequence[Point]) -> list[str]:
+    """The figures worth showing: recorded somewhere, and not zero everywhere."""
+    return [
+        name for name in FIGURES if any(any(v != 0 for v in p.values.get(name, [])) for p in points)
+    ]
+
+
+def plot(levels: Sequence[tuple[str, Sequence[Point], int | None]], path: Path) -> Path | None:
+    """Draw each figure against commit order, one row per level, the culprit marked; None when
+    no figure was recorded."""
+    rows = [(name, pts, culprit, present(pts)) for name, pts, culprit in levels]
+    rows = [row for row in rows if row[3]]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = max(len(row[3]) for row in rows)
+    fig, axes = plt.subplots(
+        len(rows), columns, figsize=(4.5 * columns, 3.2 * len(rows)), squeeze=False
+    )
+    for r, (level, pts, culprit, names) in enumerate(rows):
+        for c in range(columns):
+            ax = axes[r][c]
+            if c >= len(names):
+                ax.axis("off")
+                continue
+            name = names[c]
+            xs, ys, colors = [], [], []
+            for p in pts:
+                for value, verdict in zip(p.values.get(name, []), p.verdicts, strict=False):
+                    xs.append(p.index)
+                    ys.append(value)
+                    colors.append("tab:red" if verdict == "bad" else "tab:green")
+            ax.scatter(xs, ys, c=colors, s=18, zorder=3)
+            means = [
+                (p.index, sum(p.values[name]) / len(p.values[name]))
+                for p in pts
+                if p.values.get(name)
+            ]
+            if means:
+                ax.plot(*zip(*means, strict=True), color="grey", linewidth=1, zorder=2)
+            if culprit is not None:
+                ax.axvline(culprit, color="tab:red", linestyle="--", linewidth=1)
+                ax.annotate(
+                    "culprit",
+                    (culprit, 1),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(3, -12),
+                    textcoords="offset points",
+                    color="tab:red",
+                    fontsize=8,
+                )
+            ax.set_title(f"{level}: {name}", fontsize=9)
+            ax.set_xlabel("commit order (0 = known good)", fontsize=8)
+            ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

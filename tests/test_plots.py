@@ -1,0 +1,53 @@
+"""The figures along the tested commits: series from ledger attempts, and a real PNG."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from runner.ledger import Attempt
+from runner.plots import plot, present, series
+from runner.search import Verdict
+
+SHAS = [f"{i:040x}" for i in range(6)]
+
+
+def attempt(n: int, index: int, verdict: Verdict, **metrics: float) -> Attempt:
+    now = datetime.now(timezone.utc)
+    return Attempt(
+        run_id=f"{n:03d}",
+        level="pypto",
+        pypto_sha=SHAS[index],
+        simpler_sha=None,
+        verdict=verdict,
+        metrics=metrics,
+        started_at=now,
+        finished_at=now,
+    )
+
+
+RUNS = [
+    attempt(0, 0, Verdict.GOOD),
+    attempt(1, 5, Verdict.BAD, max_abs_diff=0.004, mismatch_ratio=0.5),
+    attempt(2, 3, Verdict.BAD, max_abs_diff=0.003, mismatch_ratio=0.25),
+    attempt(3, 2, Verdict.GOOD),
+    attempt(4, 3, Verdict.BAD, max_abs_diff=0.005, mismatch_ratio=0.25),
+]
+
+
+def test_series_follow_candidate_order_and_count_clean_passes_as_zero():
+    points = series(RUNS, SHAS)
+
+    assert [p.index for p in points] == [0, 2, 3, 5]
+    assert points[2].values["max_abs_diff"] == [0.003, 0.005]
+    assert points[1].values["max_abs_diff"] == [0.0]
+    assert points[2].verdicts == ["bad", "bad"]
+    assert present(points) == ["mismatch_ratio", "max_abs_diff"]
+
+
+def test_the_plot_is_a_png_with_the_culprit_marked_and_absent_without_figures(tmp_path):
+    drawn = plot([("pypto", series(RUNS, SHAS), 3)], tmp_path / "metrics.png")
+
+    assert drawn is not None and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert drawn.stat().st_size > 2000
+    assert plot([("pypto", series(RUNS[:1], SHAS), 3)], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
