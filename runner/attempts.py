@@ -15,7 +15,7 @@ from pathlib import Path
 
 import docker
 
-from runner.builders import Builder, Provisioner
+from runner.builders import Builder
 from runner.devices import Passthrough
 from runner.errors import InfrastructureError, SourceUnavailable
 from runner.execute import ExampleRun, run_example
@@ -23,6 +23,7 @@ from runner.images import WheelInstallFailed, ensure_test_image
 from runner.ledger import Attempt, Ledger, Level, claim_run_dir
 from runner.search import Verdict
 from runner.sources import SourceExporter
+from runner.toolchains import Toolchains
 from runner.verdict import VerdictPatterns, infrastructure_fault, judge
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 
@@ -72,7 +73,7 @@ class DockerTester:
         workdir: Path,
         ccache_dir: Path,
         submodule_path: str = "runtime",
-        provisioner: Provisioner | None = None,
+        toolchains: Toolchains | None = None,
         omit: Collection[str] = (),
         infra_retries: int = 3,
         phase: Phase | None = None,
@@ -87,49 +88,19 @@ class DockerTester:
         self.workdir = workdir
         self.ccache_dir = ccache_dir
         self.path = submodule_path
-        self.provisioner = provisioner
+        self.toolchains = toolchains
         self.omit = tuple(omit)
         self.infra_retries = max(1, infra_retries)
         self.phase = phase or (lambda _name: None)
         self.echo = echo
 
     def preflight(self, commits: Sequence[str], gitlinks: Mapping[str, str | None]) -> None:
-        """Resolve and download the build tools of the range before the first bisect step.
+        """Resolve and download the build tools of the range before the first bisect step."""
+        if self.toolchains is not None:
+            self.toolchains.plan(commits, gitlinks)
 
-        A requirement nothing satisfies is then a one-line error naming the commit, not a
-        failure an hour in. Checked: the endpoints and every commit that edits the build
-        requirements (pyproject.toml), plus the simpler commits the endpoints pin.
-        """
-        if self.provisioner is None or not commits:
-            return
-        self.phase("build tools")
-        changed = set(self.exporter.changed(commits[0], commits[-1], "pyproject.toml"))
-        wanted = [c for c in commits if c in changed or c in (commits[0], commits[-1])]
-        for commit in wanted:
-            self._builder("pypto", commit, None, build=False)
-        for commit in (commits[0], commits[-1]):
-            pinned = gitlinks.get(commit)
-            if pinned is not None:
-                self._builder("simpler", pinned, commit, build=False)
-
-    def _builder(
-        self, package: str, commit: str, at: str | None, *, build: bool = True
-    ) -> Builder | None:
-        if self.provisioner is None:
-            return None
-        if package == "simpler":
-            pyproject, when = self.exporter.read(
-                commit, "pyproject.toml", submodule=self.path, at=at
-            )
-        else:
-            pyproject, when = self.exporter.read(commit, "pyproject.toml")
-        resolution = self.provisioner.resolve(package, commit, pyproject, when)
-        where = f"{package} {commit[:12]}"
-        if not build:
-            self.provisioner.download(resolution, where)
-            return None
-        self.phase(f"builder for {package} {commit[:12]}")
-        return self.provisioner.builder(resolution, where)
+    def _builder(self, package: str, commit: str, at: str | None) -> Builder | None:
+        return self.toolchains.builder(package, commit, at) if self.toolchains else None
 
     def _wheel(
         self,

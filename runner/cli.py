@@ -819,5 +819,112 @@ def export_bundle(
     OUT.print(f"image: {bundle.image_bytes / 1e6:.1f} MB gzipped; reproduce with: {to}/run.sh")
 
 
+builder_app = typer.Typer(
+    help="Prepare and list builder images (the base image plus one era's build tools).",
+    no_args_is_help=True,
+)
+app.add_typer(builder_app, name="builder")
+
+
+@builder_app.command("prepare")
+def builder_prepare(
+    pypto: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="The pypto checkout (only read).")
+    ] = None,
+    good: Annotated[
+        str | None, typer.Option(metavar="REV", help="Known-good commit: the range starts there.")
+    ] = None,
+    bad: Annotated[str | None, typer.Option(metavar="REV", help="Known-bad commit [HEAD].")] = None,
+    base_image: Annotated[
+        str | None, typer.Option(metavar="IMAGE", help="Base (CANN) image, already loaded.")
+    ] = None,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Wheels to provision build environments offline."),
+    ] = None,
+    build_pin: Annotated[
+        list[str] | None,
+        typer.Option(metavar="JSON", help="Build tools for some commits, as for `run`."),
+    ] = None,
+    resolve_by_date: Annotated[
+        bool | None,
+        typer.Option(
+            "--resolve-by-date/--no-resolve-by-date",
+            help="Pick build tools released before each commit's date [on].",
+        ),
+    ] = None,
+    simpler: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Another simpler clone with commits the checkout lacks."),
+    ] = None,
+    submodule_source: Annotated[
+        list[str] | None,
+        typer.Option(metavar="PATH=DIR", help="Another clone for a submodule (repeatable)."),
+    ] = None,
+    cache_dir: CacheOpt = None,
+    config: ConfigOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the builders as JSON.")] = False,
+) -> None:
+    """Build every builder image a range may need, ahead of `run` (e.g. before going offline).
+
+    Covers the endpoints, every commit that edits pyproject.toml and every simpler commit the
+    range pins; takes the same build settings (flags, environment, config file) as `run`.
+    """
+    from runner.prepare import prepare_builders
+
+    flags: dict[str, Any] = {
+        "pypto": pypto,
+        "good": good,
+        "bad": bad,
+        "base_image": base_image,
+        "wheelhouse": wheelhouse,
+        "resolve_by_date": resolve_by_date,
+        "simpler": simpler,
+        "cache_dir": cache_dir,
+    }
+    console = Console(stderr=True, quiet=json_out, highlight=False, soft_wrap=True)
+    with guarded():
+        flags["submodule_sources"] = _pairs(submodule_source, "--submodule-source", "PATH=DIR")
+        flags["build_pins"] = _pins(build_pin)
+        settings = load_settings(flags, config)
+        planned = prepare_builders(settings, echo=lambda line: console.print(line, markup=False))
+    rows = [
+        {
+            "package": item.package,
+            "commit": item.commit,
+            "builder": item.builder.image_id if item.builder else None,
+            "build_tools": list(item.resolution.pins),
+            "notes": list(item.resolution.notes),
+        }
+        for item in planned
+    ]
+    if json_out:
+        OUT.print_json(data=rows)
+        return
+    for row in rows:
+        OUT.print(
+            f"{row['package']:7} {row['commit'][:12]}  {(row['builder'] or '')[7:19]}  "
+            f"{' '.join(row['build_tools'])}",
+            markup=False,
+        )
+
+
+@builder_app.command("ls")
+def builder_ls(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Builder images in the Docker Engine, newest first."""
+    from runner.builders import list_builders
+    from runner.execute import connect
+
+    with guarded():
+        rows = list_builders(connect())
+    if json_out:
+        OUT.print_json(data=rows)
+        return
+    for row in rows:
+        OUT.print(f"{row['id'][7:19]}  {row['created'][:19]}  {row['tools']}", markup=False)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -7,6 +7,7 @@ typo in a revision costs a second, not a wheel build.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -14,6 +15,7 @@ import docker
 import docker.errors
 
 from runner import __version__
+from runner.builders import PackageSources, Pin, Provisioner
 from runner.config import Settings
 from runner.devices import Passthrough, passthrough
 from runner.errors import BadInput, InfrastructureError
@@ -22,6 +24,7 @@ from runner.history import History
 from runner.inputs import tree_digest
 from runner.ledger import SessionInputs
 from runner.sources import SourceExporter
+from runner.toolchains import Planned, Toolchains
 from runner.verdict import VerdictPatterns
 
 
@@ -95,6 +98,62 @@ def extra_repos(settings: Settings) -> dict[str, Path]:
         repos[path] = _directory(clone, flag, f"a clone of the {path} submodule")
         History(repos[path])  # refuses a directory that is not a git repository
     return repos
+
+
+def make_provisioner(
+    settings: Settings,
+    client: docker.DockerClient,
+    base_image_id: str,
+    cache_root: Path,
+    *,
+    echo: Callable[[str], None] | None = None,
+) -> Provisioner:
+    """Builder images for this base image, with tools from --wheelhouse or pip's indexes."""
+    wheelhouse = settings.wheelhouse.expanduser().resolve() if settings.wheelhouse else None
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise BadInput(f"--wheelhouse {settings.wheelhouse}: no such directory")
+    pins = [
+        Pin(
+            requirements=tuple(pin.requirements),
+            package=pin.package,
+            since=pin.since,
+            until=pin.until,
+            commits=tuple(pin.commits),
+        )
+        for pin in settings.build_pins
+    ]
+    return Provisioner(
+        client,
+        base_image_id=base_image_id,
+        cache_root=cache_root,
+        sources=PackageSources(wheelhouse=wheelhouse),
+        pins=pins,
+        by_date=settings.resolve_by_date,
+        python=settings.python,
+        echo=echo,
+    )
+
+
+def prepare_builders(
+    settings: Settings, *, echo: Callable[[str], None] | None = None
+) -> list[Planned]:
+    """`builder prepare`: every builder image the range may need, built before a run."""
+    pypto_path = _directory(settings.pypto, "--pypto", "the pypto checkout")
+    history = History(pypto_path)
+    if not settings.known_good:
+        raise BadInput("no known-good commit: pass --good REV (the range starts there)")
+    good = history.resolve(settings.known_good)
+    bad = history.resolve(settings.bad or "HEAD")
+    chain = [good, *history.first_parent_range(good, bad)]
+    client = connect()
+    image_id = base_image_id(client, settings.base_image)
+    cache_root = settings.cache_root().resolve()
+    toolchains = Toolchains(
+        SourceExporter(pypto_path, cache_root, extra_repos(settings)),
+        make_provisioner(settings, client, image_id, cache_root, echo=echo),
+        submodule_path=settings.submodule_path,
+    )
+    return toolchains.plan(chain, history.gitlinks(chain, settings.submodule_path), build=True)
 
 
 def prepare(settings: Settings) -> Prepared:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runner import __version__
 from runner.attempts import DockerTester, RunSettings
-from runner.builders import PackageSources, Pin, Provisioner
+from runner.builders import Provisioner
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
@@ -34,7 +34,7 @@ from runner.ledger import (
     session_copy,
     to_git_bisect_log,
 )
-from runner.prepare import Prepared, extra_repos, prepare
+from runner.prepare import Prepared, extra_repos, make_provisioner, prepare
 from runner.report import ReportFacts, write_reports
 from runner.search import Verdict
 from runner.session import (
@@ -48,6 +48,7 @@ from runner.session import (
     Tester,
 )
 from runner.sources import SourceExporter
+from runner.toolchains import Toolchains
 from runner.triage import compare_generated
 from runner.verdict import Tolerance
 from runner.wheels import BuildSettings, WheelCache
@@ -137,7 +138,12 @@ def docker_tester(
         workdir=workdir,
         ccache_dir=prepared.cache_root / "ccache",
         submodule_path=settings.submodule_path,
-        provisioner=provisioner(prepared, echo=echo),
+        toolchains=Toolchains(
+            prepared.exporter,
+            provisioner(prepared, echo=echo),
+            submodule_path=settings.submodule_path,
+            phase=phase,
+        ),
         omit=settings.omit_submodules,
         infra_retries=settings.infra_retries,
         phase=phase,
@@ -147,29 +153,8 @@ def docker_tester(
 
 def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None) -> Provisioner:
     """Builder images for this base image, with tools from the wheelhouse or pip's indexes."""
-    settings = prepared.settings
-    wheelhouse = settings.wheelhouse.expanduser().resolve() if settings.wheelhouse else None
-    if wheelhouse is not None and not wheelhouse.is_dir():
-        raise BadInput(f"--wheelhouse {settings.wheelhouse}: no such directory")
-    pins = [
-        Pin(
-            requirements=tuple(pin.requirements),
-            package=pin.package,
-            since=pin.since,
-            until=pin.until,
-            commits=tuple(pin.commits),
-        )
-        for pin in settings.build_pins
-    ]
-    return Provisioner(
-        prepared.client,
-        base_image_id=prepared.base_image_id,
-        cache_root=prepared.cache_root,
-        sources=PackageSources(wheelhouse=wheelhouse),
-        pins=pins,
-        by_date=settings.resolve_by_date,
-        python=settings.python,
-        echo=echo,
+    return make_provisioner(
+        prepared.settings, prepared.client, prepared.base_image_id, prepared.cache_root, echo=echo
     )
 
 

@@ -374,3 +374,31 @@ def test_an_unavailable_submodule_names_the_options_that_apply(
     assert omitted.returncode == 0, omitted.stderr
     attempts = json.loads((tmp_path / "work" / "ledger.json").read_text())["attempts"]
     assert attempts and all(a["export_s"] > 0 for a in attempts if "built" in a["builds"].values())
+
+
+@pytest.mark.docker
+def test_builder_prepare_builds_the_ranges_builders_ahead_and_refuses_what_nothing_satisfies(
+    sample_factory, wheelhouse: Path, tmp_path: Path
+) -> None:
+    sample = sample_factory(NATIVE)
+    common = [
+        *("--pypto", str(sample.pypto), "--good", sample.pypto_shas[3]),
+        *("--base-image", "bisect-precision-test-base:bookworm", "--wheelhouse", str(wheelhouse)),
+        *("--cache-dir", str(tmp_path / "cache")),
+    ]
+
+    prepared = cli("builder", "prepare", *common, *era_pins(NATIVE), "--json")
+
+    assert prepared.returncode == 0, prepared.stderr
+    rows = prepared.json()
+    assert {r["package"] for r in rows} == {"pypto", "simpler"}
+    by_commit = {r["commit"]: r for r in rows if r["package"] == "pypto"}
+    assert OLD in by_commit[sample.pypto_shas[3]]["build_tools"]
+    assert NEW in by_commit[sample.pypto_shas[8]]["build_tools"]
+    listed = {row["id"] for row in cli("builder", "ls", "--json").json()}
+    assert {r["builder"] for r in rows} <= listed
+
+    refused = cli("builder", "prepare", *common, "--build-pin", '{"requirements": ["ninja==0.1"]}')
+    assert refused.returncode == 2
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: pypto ") and "ninja==0.1" in last
