@@ -288,9 +288,8 @@ def test_no_engine_is_an_infrastructure_error_that_says_what_to_do(monkeypatch, 
 
 
 def dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
+    """A pid no process can have (above the kernel's limit): a reaped child's may be reused."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
 
 
 def started_container(client: docker.DockerClient, image: str, labels: dict[str, str]):
