@@ -155,6 +155,11 @@ SessionOpt = Annotated[
 ]
 
 
+def _choices(*words: str) -> Any:
+    """Shell completion for an option that takes one of a few words."""
+    return lambda incomplete: [word for word in words if word.startswith(incomplete)]
+
+
 def _pairs(values: list[str] | None, flag: str, shape: str) -> dict[str, str] | None:
     """Repeated NAME=VALUE flags as a dict; a malformed one is a one-line error."""
     if not values:
@@ -209,7 +214,11 @@ def run(
     ] = None,
     platform: Annotated[
         str | None,
-        typer.Option(metavar="PLATFORM", help="a2a3, a5 (NPU) or a2a3sim, a5sim [a2a3]."),
+        typer.Option(
+            metavar="PLATFORM",
+            help="a2a3, a5 (NPU) or a2a3sim, a5sim [a2a3].",
+            autocompletion=_choices("a2a3", "a5", "a2a3sim", "a5sim"),
+        ),
     ] = None,
     device: Annotated[
         str | None, typer.Option(metavar="N[,N...]", help="NPU card number, or a comma list [0].")
@@ -251,7 +260,11 @@ def run(
     ] = None,
     device_mode: Annotated[
         str | None,
-        typer.Option(metavar="MODE", help="explicit (default), privileged or ascend-runtime."),
+        typer.Option(
+            metavar="MODE",
+            help="explicit (default), privileged or ascend-runtime.",
+            autocompletion=_choices("explicit", "privileged", "ascend-runtime"),
+        ),
     ] = None,
     device_map: Annotated[
         list[str] | None,
@@ -355,7 +368,11 @@ def run(
     ] = None,
     policy: Annotated[
         str | None,
-        typer.Option(metavar="POLICY", help="any-fail or majority: how --repeat runs are judged."),
+        typer.Option(
+            metavar="POLICY",
+            help="any-fail or majority: how --repeat runs are judged.",
+            autocompletion=_choices("any-fail", "majority"),
+        ),
     ] = None,
     max_mismatch_ratio: MismatchOpt = None,
     max_abs_diff: AbsDiffOpt = None,

@@ -231,6 +231,19 @@ def test_shell_completion_is_on():
         timeout=60,
     )
     assert completed.stdout.split() == ["--device-mode"]
+    choices = subprocess.run(
+        [sys.executable, "-m", "runner.cli"],
+        env={
+            **os.environ,
+            "_BISECT_PRECISION_DOCKER_COMPLETE": "complete_bash",
+            "COMP_WORDS": "bisect-precision-docker run --device-mode p",
+            "COMP_CWORD": "3",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert choices.stdout.split() == ["privileged"]
 
 
 @pytest.mark.parametrize(
