@@ -400,3 +400,44 @@ def test_the_key_ignores_cpus_and_timeout_but_not_the_environment() -> None:
         assert cache.key("pypto", "a" * 40, changed) != key
     assert cache.key("simpler", "a" * 40, settings) != key
     assert cache.key("pypto", "b" * 40, settings) != key
+
+
+@pytest.mark.docker
+def test_a_build_that_runs_out_of_disk_is_infrastructure_not_a_cached_failure(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    """ENOSPC says nothing about the commit: the next run must build it again."""
+    full = replace(
+        settings,
+        command="echo 'ld: final link failed: No space left on device' >&2; exit 1",
+    )
+
+    with pytest.raises(InfrastructureError, match="ran out of disk space"):
+        build_wheel(
+            docker_client, cache, "pypto", "9" * 40, simpler_source(), full, ccache_dir=ccache_dir
+        )
+
+    assert cache.lookup("pypto", "9" * 40, full) is None
+    assert cache.entries() == []
+    assert_no_leftover_build_dirs(cache)
+
+
+@pytest.mark.docker
+def test_a_compile_error_is_a_cached_build_failure_with_ccache_counts_absent(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    broken = replace(settings, command="echo 'src/a.cpp:1:1: error: expected ;' >&2; exit 1")
+
+    failed = build_wheel(
+        docker_client, cache, "pypto", "8" * 40, simpler_source(), broken, ccache_dir=ccache_dir
+    )
+
+    assert not failed.ok and "error: expected ;" in failed.reason
+    assert failed.ccache_hits is None
+    assert cache.lookup("pypto", "8" * 40, broken) is not None
