@@ -78,8 +78,10 @@ class DockerTester:
         infra_retries: int = 3,
         phase: Phase | None = None,
         echo: Callable[[str], None] | None = None,
+        fingerprint: Callable[[str | None], dict[str, str]] | None = None,
     ) -> None:
         self.client = client
+        self.fingerprint = fingerprint
         self.ledger = ledger
         self.exporter = exporter
         self.cache = cache
@@ -172,6 +174,8 @@ class DockerTester:
         except (SourceUnavailable, WheelInstallFailed) as exc:
             record.verdict = Verdict.SKIP
             record.reason = str(exc).splitlines()[0]
+        if self.fingerprint is not None:
+            record.fingerprint = self.fingerprint(record.image_id)
         record.finished_at = _now()
         self.ledger.record(record)
         return record

@@ -101,6 +101,9 @@ class Attempt(_Strict):
     build_tools: dict[str, list[str]] = {}
     ccache: dict[str, list[int]] = {}
     export_s: float = 0.0
+    # Where the attempt ran: base image id and digest, pip freeze and CANN of the image, host
+    # driver, npu-smi, kernel, device (see runner/fingerprint.py).
+    fingerprint: dict[str, str] = {}
 
 
 class Invocation(_Strict):

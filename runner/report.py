@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.fingerprint import changes as fingerprint_changes
+from runner.fingerprint import describe as describe_change
 from runner.history import Change, CommitInfo
 from runner.ledger import Attempt, LedgerDocument
 from runner.plots import Point, plot, present, series
@@ -286,6 +288,41 @@ def _figure_lines(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> 
     return head + lines
 
 
+def _environment(doc: LedgerDocument) -> dict[str, Any]:
+    """The latest fingerprint, and every change of it with the attempts on each side."""
+    latest = next((a.fingerprint for a in reversed(doc.attempts) if a.fingerprint), {})
+    return {
+        "latest": dict(latest),
+        "changes": [
+            {
+                "key": change.key,
+                "old": change.old,
+                "new": change.new,
+                "last_run_before": change.before,
+                "first_run_after": change.after,
+                "summary": describe_change(change),
+            }
+            for change in fingerprint_changes(doc.attempts)
+        ],
+    }
+
+
+def _environment_lines(data: dict[str, Any]) -> list[str]:
+    if not data["latest"] and not data["changes"]:
+        return []
+    lines = ["## Environment", ""]
+    for change in data["changes"]:
+        lines.append(f"> warning: {change['summary']}")
+    if data["changes"]:
+        lines.append("")
+    else:
+        lines += ["No change of the environment fingerprint during the session.", ""]
+    lines += ["| fingerprint | latest value |", "|---|---|"]
+    for key, value in data["latest"].items():
+        lines.append(f"| {key} | `{str(value).replace('|', '/')[:100]}` |")
+    return [*lines, ""]
+
+
 def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
     pypto = outcome.pypto
     simpler = outcome.simpler
@@ -309,6 +346,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "triage": None,
         "notes": list(outcome.notes),
         "figures": _figures(doc, outcome, facts),
+        "environment": _environment(doc),
         "confidence": {
             "threshold": outcome.confidence,
             "pypto": _confidence(pypto),
@@ -478,6 +516,7 @@ def build_markdown(
             lines += ["## Candidate simpler commits", ""]
             lines += [f"- `{sha}`" for sha in outcome.simpler.suspects]
             lines.append("")
+    lines += _environment_lines(data["environment"])
     lines += _figure_lines(doc, outcome, facts)
     if data["confidence"]["pypto"] is not None:
         lines += ["## Confidence", ""]

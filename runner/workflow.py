@@ -22,6 +22,9 @@ from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
 from runner.execute import Mount, reclaim, remove_stale_containers
+from runner.fingerprint import Collector
+from runner.fingerprint import changes as fingerprint_changes
+from runner.fingerprint import describe as describe_change
 from runner.history import CommitInfo, History, pointer_states
 from runner.inputs import SNAPSHOTS, snapshot
 from runner.ledger import (
@@ -148,7 +151,26 @@ def docker_tester(
         infra_retries=settings.infra_retries,
         phase=phase,
         echo=echo,
+        fingerprint=Collector(prepared.client, settings.base_image, settings.device),
     )
+
+
+class _Watched:
+    """Passes tests on to the Docker tester and warns the moment an attempt's environment
+    fingerprint differs from the attempt before it (a retagged base image, a new driver)."""
+
+    def __init__(self, tester: Tester, ledger: Ledger, events: Events | None) -> None:
+        self.tester = tester
+        self.ledger = ledger
+        self.events = events
+
+    def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        attempt = self.tester.test(level, pypto, simpler)
+        if self.events is not None:
+            for change in fingerprint_changes(self.ledger.document.attempts):
+                if change.after == attempt.run_id:
+                    self.events.note(f"warning: {describe_change(change)}")
+        return attempt
 
 
 def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None) -> Provisioner:
@@ -276,7 +298,7 @@ def run_bisect(
         session = _session(
             prepared.history,
             prepared.exporter,
-            tester,
+            _Watched(tester, ledger, events),
             lambda pypto, simpler: ledger.document.find_all(pypto, simpler),
             prepared.inputs,
             settings,

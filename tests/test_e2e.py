@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -12,11 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import docker
 import pytest
 
 from runner.execute import LABEL, OWNER_LABEL
 from runner.sample.histories import SampleSpec
-from tests.fixtures.cli import cli, run_args
+from tests.fixtures.cli import BASE_IMAGE, cli, run_args
 from tests.fixtures.samples import checkout_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -373,3 +375,53 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     assert (workdir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     figures = again.json()["figures"]["pypto"]
     assert [p["index"] for p in figures] == sorted(p["index"] for p in figures)
+
+
+def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
+    sample_factory, shared_cache, tmp_path, docker_client
+):
+    sample = sample_factory(PYPTO_REGRESSION)
+    original = docker_client.images.get(BASE_IMAGE)
+    repository = f"bisect-precision-fingerprint-{os.getpid()}"
+    original.tag(repository, "base")
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        f"FROM {original.id}\nRUN echo retagged > /etc/bisect-fingerprint-test\n"
+    )
+    other, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True)
+    workdir = tmp_path / "work"
+    args = run_args(sample, workdir, shared_cache, "--base-image", f"{repository}:base")
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runner.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        deadline = time.monotonic() + 600
+        while len(_attempts(workdir)) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()[1]
+            time.sleep(0.1)
+        retagged_after = len(_attempts(workdir))
+        other.tag(repository, "base")
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        for name in (f"{repository}:base", other.id):  # only what this test made
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(name, force=True)
+
+    assert process.returncode == 0, stderr
+    assert "warning: the base image tag now names another image" in stderr
+    report = json.loads((workdir / "report.json").read_text())
+    changes = report["environment"]["changes"]
+    keys = {change["key"] for change in changes}
+    assert "base_image_id" in keys
+    change = next(c for c in changes if c["key"] == "base_image_id")
+    assert (change["old"], change["new"]) == (original.id, other.id)
+    runs = [a["run_id"] for a in _attempts(workdir)]
+    assert runs.index(change["first_run_after"]) >= retagged_after - 1
+    assert runs.index(change["last_run_before"]) == runs.index(change["first_run_after"]) - 1
+    latest = report["environment"]["latest"]
+    assert {"pip_freeze", "kernel", "device", "driver", "cann", "test_image_id"} <= set(latest)
+    assert "the base image tag now names another image" in (workdir / "report.md").read_text()

@@ -1,0 +1,176 @@
+"""The environment each attempt ran in, and where it changed during a session.
+
+A precision verdict depends on more than the two commits: the base image (its CANN, its torch and
+BLAS), the host's NPU driver and firmware, the kernel, the device. A session runs for hours; when
+any of those moves in the middle (someone pulls a new base image under the same tag, upgrades the
+driver) verdicts on either side are not comparable, and a "culprit" can be the day the environment
+changed. So every attempt records a fingerprint, and a change is warned about at once and shown in
+the report with the attempts on each side.
+
+`Collector` reads Docker and the host (one probe container per base image, cached); `changes` and
+`describe` are pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from runner.execute import ContainerSpec, run_container
+from runner.ledger import Attempt
+
+DRIVER_VERSION = Path("/usr/local/Ascend/driver/version.info")
+NPU_SMI = ("npu-smi", "/usr/local/bin/npu-smi")
+_MARK = "@@bisect-precision-cann@@"
+PROBE = (
+    "(python3 -m pip freeze --all 2>/dev/null || python3 -m pip freeze 2>/dev/null) | sort; "
+    f"echo {_MARK}; "
+    "for f in /usr/local/Ascend/ascend-toolkit/latest/version.cfg "
+    "/usr/local/Ascend/ascend-toolkit/latest/*/version.info "
+    "/usr/local/Ascend/cann/version.info /etc/ascend_install.info; do "
+    '[ -f "$f" ] && { echo "# $f"; cat "$f"; }; done; true'
+)
+# What a change of each key means, most telling first.
+MEANING = {
+    "base_image_id": "the base image tag now names another image",
+    "base_image_digest": "the base image's registry digest changed",
+    "pip_freeze": "the Python packages of the base image changed",
+    "cann": "the CANN toolkit inside the base image changed",
+    "driver": "the host's NPU driver changed",
+    "npu_smi": "the NPU board summary changed",
+    "kernel": "the host kernel changed",
+    "device": "another device ran the example",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """Between ``before`` (the last attempt with the old value) and ``after`` (the first with the
+    new one), fingerprint ``key`` went from ``old`` to ``new``."""
+
+    key: str
+    old: str
+    new: str
+    before: str  # run id
+    after: str  # run id
+
+    @property
+    def meaning(self) -> str:
+        return MEANING.get(self.key, f"{self.key} changed")
+
+
+def changes(attempts: Sequence[Attempt]) -> list[Change]:
+    """Every change of a fingerprint value between consecutive fingerprinted attempts.
+
+    The test image id is left out: it changes with every tested commit by design.
+    """
+    found: list[Change] = []
+    last: dict[str, tuple[str, str]] = {}  # key -> (value, run id)
+    for attempt in attempts:
+        for key, value in attempt.fingerprint.items():
+            if key in ("test_image_id", "pip_packages"):
+                continue
+            if key in last and last[key][0] != value:
+                found.append(Change(key, last[key][0], value, last[key][1], attempt.run_id))
+            last[key] = (value, attempt.run_id)
+    return found
+
+
+def describe(change: Change) -> str:
+    return (
+        f"{change.meaning}: {change.key} {_short(change.old)} -> {_short(change.new)} between "
+        f"runs {change.before} and {change.after}; verdicts on either side may not be comparable"
+    )
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= 40 else value[:37] + "..."
+
+
+class Collector:
+    """Reads one attempt's fingerprint; the probe of a base image runs once per image id."""
+
+    def __init__(self, client: docker.DockerClient, base_image: str, device: str) -> None:
+        self.client = client
+        self.base_image = base_image
+        self.device = device
+        self._probed: dict[str, dict[str, str]] = {}
+
+    def __call__(self, test_image_id: str | None) -> dict[str, str]:
+        facts: dict[str, str] = {}
+        try:
+            base = self.client.images.get(self.base_image)
+            facts["base_image_id"] = base.id
+            digests = sorted(base.attrs.get("RepoDigests") or [])
+            facts["base_image_digest"] = ",".join(digests) or "none (a local image)"
+            facts.update(self._probe(base.id))
+        except docker.errors.ImageNotFound:
+            facts["base_image_id"] = "missing"
+        if test_image_id:
+            facts["test_image_id"] = test_image_id
+        facts.update(host_facts())
+        facts["device"] = self.device
+        return facts
+
+    def _probe(self, image_id: str) -> dict[str, str]:
+        if image_id not in self._probed:
+            with tempfile.TemporaryDirectory(prefix="bisect-fingerprint-") as tmp:
+                result = run_container(
+                    self.client,
+                    ContainerSpec(image=image_id, command=["sh", "-c", PROBE]),
+                    log_path=Path(tmp) / "probe.log",
+                    timeout=120,
+                )
+            self._probed[image_id] = parse_probe(result.output)
+        return self._probed[image_id]
+
+
+def parse_probe(output: str) -> dict[str, str]:
+    """pip freeze of the image (digest and count) and the CANN version files, if any."""
+    freeze, _, cann = output.partition(_MARK)
+    packages = [line for line in freeze.splitlines() if "==" in line or " @ " in line]
+    facts = {
+        "pip_freeze": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16],
+        "pip_packages": str(len(packages)),
+    }
+    cann_lines = [line.strip() for line in cann.splitlines() if line.strip()]
+    facts["cann"] = _version_text(cann_lines) if cann_lines else "absent"
+    return facts
+
+
+def host_facts() -> dict[str, str]:
+    """Kernel, NPU driver version.info and npu-smi summary of the host, when present."""
+    facts = {"kernel": platform.release()}
+    try:
+        lines = DRIVER_VERSION.read_text(errors="replace").splitlines()
+        facts["driver"] = _version_text([line.strip() for line in lines if line.strip()])
+    except OSError:
+        facts["driver"] = "absent"
+    smi = next((path for name in NPU_SMI if (path := shutil.which(name))), None)
+    facts["npu_smi"] = "absent"
+    if smi is not None:
+        try:
+            out = subprocess.run(
+                [smi, "info"], capture_output=True, text=True, timeout=20, check=False
+            ).stdout
+            summary = [line.strip() for line in out.splitlines() if "Version" in line]
+            facts["npu_smi"] = " ".join(summary)[:200] or "no version line"
+        except (OSError, subprocess.SubprocessError):
+            facts["npu_smi"] = "failed"
+    return facts
+
+
+def _version_text(lines: list[str]) -> str:
+    """The version lines when there are any, else a digest of the whole text."""
+    versions = [line for line in lines if "version" in line.lower() and not line.startswith("#")]
+    if versions:
+        return "; ".join(versions)[:200]
+    return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
