@@ -662,9 +662,11 @@ def reproduce(
         str, typer.Argument(metavar="RUN_ID", help="A run id from the report (or a pypto SHA).")
     ],
     workdir: WorkdirOpt = None,
+    session: SessionOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream logs.")] = False,
 ) -> None:
-    """Run a recorded attempt again in a fresh container and compare the verdicts."""
+    """Run a recorded attempt again in a fresh container and compare the verdicts (an earlier
+    session's attempt too: run ids are unique across the sessions of a workdir)."""
     from runner.workflow import reproduce as reproduce_run
 
     with guarded():
@@ -672,6 +674,7 @@ def reproduce(
             _workdir(workdir),
             run_id,
             echo=(lambda line: ERR.print(line.rstrip())) if verbose else None,
+            session=session,
         )
     OUT.print(f"recorded:   {original.verdict.value} {original.reason} ({original.run_id})")
     OUT.print(

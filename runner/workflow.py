@@ -34,6 +34,7 @@ from runner.ledger import (
     Level,
     SessionInputs,
     earlier_session,
+    earlier_sessions,
     session_copy,
     to_git_bisect_log,
 )
@@ -499,15 +500,38 @@ def _write(
     return RunResult(outcome, json_path, md_path, data)
 
 
-def reproduce(workdir: Path, run_id: str, echo: Callable[[str], None] | None = None) -> tuple:
-    """Run a recorded attempt again in a fresh container; returns (original, new attempt)."""
+def reproduce(
+    workdir: Path,
+    run_id: str,
+    echo: Callable[[str], None] | None = None,
+    session: str | None = None,
+) -> tuple:
+    """Run a recorded attempt again in a fresh container; returns (original, new attempt).
+
+    The attempt is looked up in the current session, then in the earlier ones (run ids are
+    unique across them), or only in ``session``; it is rebuilt with its own session's settings.
+    """
     workdir = workdir.expanduser().resolve()
-    document = Ledger.read(ledger_path(workdir))
-    matches = [a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)]
-    if not matches:
-        raise BadInput(f"no attempt {run_id!r} in {ledger_path(workdir)} (see `status`)")
-    original = matches[-1]
-    settings = load_saved_settings(workdir)
+    current = ledger_path(workdir)
+    if session is not None:
+        ledgers = [(session, earlier_session(current, session))]
+    else:
+        earlier = reversed(list(earlier_sessions(current).items()))
+        ledgers = [(None, current), *earlier]
+    found = None
+    for name, path in ledgers:
+        document = Ledger.read(path)
+        matches = [
+            a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)
+        ]
+        if matches:
+            found = (name, path, document, matches[-1])
+            break
+    if found is None:
+        raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
+    name, path, document, original = found
+    saved = None if name is None else session_copy(path, SETTINGS_NAME)
+    settings = load_saved_settings(workdir, saved)
     inputs = document.inputs
     settings = settings.model_copy(
         update={
@@ -524,7 +548,14 @@ def reproduce(workdir: Path, run_id: str, echo: Callable[[str], None] | None = N
             f"{inputs.base_image_id[:19]} the verdict was made with; load that image to reproduce"
         )
     repro_dir = workdir / "reproductions"
-    with Ledger.open(repro_dir / LEDGER_NAME, prepared.inputs, tool_version=__version__) as ledger:
+    if name is not None:
+        repro_dir = workdir / "sessions" / path.name.split(".")[-2] / "reproductions"
+    repro_ledger = repro_dir / LEDGER_NAME
+    # Reproductions of another session's inputs are kept as a backup, like --new-session does.
+    other = repro_ledger.exists() and Ledger.read(repro_ledger).inputs != prepared.inputs
+    with Ledger.open(
+        repro_ledger, prepared.inputs, tool_version=__version__, new_session=other
+    ) as ledger:
         tester = docker_tester(prepared, ledger, repro_dir, echo=echo)
         again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
     return original, again

@@ -336,6 +336,11 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
     ):
         assert cli(*command, "--workdir", str(workdir)).returncode == 0, command
 
+    judged = [a for a in json.loads(before)["attempts"] if a["verdict"] != "skip"]
+    again = cli("reproduce", judged[-1]["run_id"], "--workdir", str(workdir))
+    assert again.returncode == 0, again.stderr  # found in the earlier session, and reproduced
+    assert (workdir / "sessions" / name / "reproductions" / "ledger.json").exists()
+
     assert backup.read_bytes() == before
     assert referenced_files(backup) == evidence
     second_ids = {a["run_id"] for a in json.loads(ledger.read_text())["attempts"]}
