@@ -787,7 +787,7 @@ def config_reference_command(
     ] = None,
 ) -> None:
     """Print the settings reference (markdown, as in docs/config.md), generated from the model."""
-    from runner.config import config_reference
+    from runner.reference import config_reference
 
     text = config_reference()
     if output is None:

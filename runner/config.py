@@ -19,8 +19,7 @@ import re
 import sys
 from datetime import date
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
 import platformdirs
 from packaging.requirements import InvalidRequirement, Requirement
@@ -81,12 +80,16 @@ _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 
 
 class VerdictConfig(BaseModel):
-    """Extra output patterns (regular expressions) that make a run good or bad."""
+    """Output patterns (regular expressions) that replace the built-in pass and failure ones."""
 
     model_config = ConfigDict(extra="forbid")
 
-    good: list[str] | None = None
-    bad: list[str] | None = None
+    good: list[str] | None = Field(
+        default=None, description="Regexes (multiline) that mark a pass."
+    )
+    bad: list[str] | None = Field(
+        default=None, description="Regexes that mark a precision failure."
+    )
 
 
 class BuildPin(BaseModel):
@@ -99,11 +102,22 @@ class BuildPin(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    requirements: list[str] = Field(min_length=1)
-    package: Literal["pypto", "simpler"] | None = None
-    since: date | None = None
-    until: date | None = None
-    commits: list[str] = Field(default_factory=list)
+    requirements: list[str] = Field(
+        min_length=1,
+        description="PEP 508 requirements to install, e.g. `scikit-build-core==0.12.2`.",
+    )
+    package: Literal["pypto", "simpler"] | None = Field(
+        default=None, description="`pypto` or `simpler`; both when left out."
+    )
+    since: date | None = Field(
+        default=None, description="First commit date the pin applies to (inclusive)."
+    )
+    until: date | None = Field(
+        default=None, description="Last commit date the pin applies to (inclusive)."
+    )
+    commits: list[str] = Field(
+        default_factory=list, description="Commit SHAs or prefixes (4+ hex digits)."
+    )
 
     @field_validator("requirements")
     @classmethod
@@ -458,7 +472,7 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def _env_name(field: str) -> str:
+def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 
 
@@ -466,7 +480,7 @@ def _env_values() -> dict[str, str]:
     """This process's BISECT_PRECISION_<SETTING> variables, by setting name."""
     upper = {key.upper(): value for key, value in os.environ.items()}
     return {
-        name: upper[_env_name(name)] for name in Settings.model_fields if _env_name(name) in upper
+        name: upper[env_name(name)] for name in Settings.model_fields if env_name(name) in upper
     }
 
 
@@ -481,14 +495,14 @@ def _check_env_json() -> None:
             json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadInput(
-                f"{_env_name(name)}: not valid JSON ({exc.msg} at character {exc.pos}); lists "
+                f"{env_name(name)}: not valid JSON ({exc.msg} at character {exc.pos}); lists "
                 'and tables are JSON in the environment, e.g. \'["a", "b"]\' or \'{"KEY": "v"}\''
             ) from None
 
 
 def _check_env_names() -> None:
     """A misspelt BISECT_PRECISION_* variable is an error, not a setting silently left out."""
-    known = {_env_name(name) for name in Settings.model_fields} | {CACHE_ENV, CONFIG_ENV}
+    known = {env_name(name) for name in Settings.model_fields} | {CACHE_ENV, CONFIG_ENV}
     for key in sorted(os.environ):
         if key.upper().startswith(ENV_PREFIX) and key.upper() not in known:
             raise BadInput(
@@ -508,7 +522,7 @@ def _where(loc: tuple, flags: dict[str, Any], env: dict[str, str], file: Path | 
     if name in flags:
         return flag_name(name) if len(loc) == 1 else f"{flag_name(name)} ({key})"
     if name in env:
-        return _env_name(name) if len(loc) == 1 else f"{_env_name(name)} ({key})"
+        return env_name(name) if len(loc) == 1 else f"{env_name(name)} ({key})"
     if file is not None:
         return f"{file}: {key}"
     return key
@@ -539,139 +553,3 @@ def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Set
         raise BadInput(f"settings: {str(exc).splitlines()[0]}") from exc
     finally:
         _CONFIG_FILE.reset(token)
-
-
-def _kind(annotation: Any) -> str:
-    """A field's type in the words the reference uses (no Python type names)."""
-    args = [a for a in get_args(annotation) if a is not type(None)]
-    origin = get_origin(annotation)
-    if origin is Literal:
-        return "one of " + ", ".join(f"`{choice}`" for choice in args)
-    if origin in (Union, UnionType):
-        return _kind(args[0])
-    if origin is list:
-        inner = _kind(args[0])
-        return "list of tables" if inner == "table" else f"list of {inner}"
-    if origin is dict:
-        return "table of paths" if args[1] is Path else f"table of {_kind(args[1])}"
-    words = {str: "text", float: "number", int: "integer", bool: "true/false", Path: "path"}
-    if annotation is date:
-        return "date (YYYY-MM-DD)"
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return "table"
-    return words.get(annotation, "text")
-
-
-def _default(name: str, field: FieldInfo) -> str:
-    value = field.get_default(call_default_factory=True)
-    if value is None or value == [] or value == {}:
-        return ""
-    if isinstance(value, BaseModel):
-        return ""
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, dict):
-        return "<br>".join(f"`{k}={v}`" for k, v in value.items())
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"`{value}`"
-
-
-def _table(model: type[BaseModel], *, top: bool) -> list[str]:
-    head = "| key | type | default | flag | environment | meaning |" if top else ""
-    lines = (
-        [head, "|---|---|---|---|---|---|"]
-        if top
-        else ["| key | type | meaning |", "|---|---|---|"]
-    )
-    for name, field in model.model_fields.items():
-        kind = _kind(field.annotation)
-        meaning = (field.description or "").replace("|", "\\|")
-        if not top:
-            lines.append(f"| `{name}` | {kind} | {meaning} |")
-            continue
-        flag = flag_name(name).replace("/", " / ")
-        flags = " / ".join(f"`{f.strip()}`" for f in flag.split(" / "))
-        lines.append(
-            f"| `{name}` | {kind} | {_default(name, field)} | {flags} | `{_env_name(name)}` "
-            f"| {meaning} |"
-        )
-    return lines
-
-
-BuildPin.model_fields[
-    "requirements"
-].description = "PEP 508 requirements to install, e.g. `scikit-build-core==0.12.2`."
-BuildPin.model_fields["package"].description = "`pypto` or `simpler`; both when left out."
-BuildPin.model_fields["since"].description = "First commit date the pin applies to (inclusive)."
-BuildPin.model_fields["until"].description = "Last commit date the pin applies to (inclusive)."
-BuildPin.model_fields["commits"].description = "Commit SHAs or prefixes (4+ hex digits)."
-VerdictConfig.model_fields["good"].description = "Regexes (multiline) that mark a pass."
-VerdictConfig.model_fields["bad"].description = "Regexes that mark a precision failure."
-
-
-def config_reference() -> str:
-    """The settings reference as markdown, generated from the model (docs/config.md)."""
-    lines = [
-        "# Settings reference",
-        "",
-        "<!-- Generated by `bisect-precision-docker config-reference`; do not edit by hand. -->",
-        "",
-        "Every setting can be given in three places; the first one that has it wins:",
-        "",
-        "1. a flag of `bisect-precision-docker run`;",
-        f"2. an environment variable `{ENV_PREFIX}<KEY>` (the key in upper case);",
-        f"3. the config file: `--config FILE`, else `${CONFIG_ENV}`, else `./{CONFIG_NAME}`",
-        "   when present.",
-        "",
-        "A flag or variable replaces the file's value for its key as a whole (a list or table is",
-        "not merged with the file's).",
-        "",
-        "Syntax per place:",
-        "",
-        "- **Flags**: a list takes one item per flag, repeated (`--extra-arg --n --extra-arg 4`);",
-        "  a table takes `KEY=VALUE` (`--run-env PTO2_RING_HEAP=2147483648`,",
-        "  `--submodule-source 3rdparty/msgpack-c=/src/msgpack-c`); `--build-pin` takes one pin",
-        "  as a JSON object.",
-        "- **Environment**: text, numbers and paths as they are; true/false as `true`/`false`",
-        "  (or `1`/`0`, `yes`/`no`); lists and tables as JSON:",
-        f"  `{ENV_PREFIX}DEVICE_MAP='[\"/dev/null:/dev/davinci0\"]'`,",
-        f'  `{ENV_PREFIX}RUN_ENV=\'{{"PTO2_RING_HEAP": "2147483648"}}\'`,',
-        f'  `{ENV_PREFIX}BUILD_PINS=\'[{{"requirements": ["scikit-build-core==0.12.2"], '
-        '"until": "2026-03-01"}]\'`.',
-        f"  Paths are relative to the working directory. `{CACHE_ENV}` sets the cache",
-        "  directory when `cache_dir` is not set.",
-        "- **Config file** (TOML): `key = value`, tables as `[key]`, build pins as",
-        "  `[[build_pins]]`. Paths (also the values of `submodule_sources`) are relative to the",
-        "  file. `good` is accepted for `known_good`; dashes in keys work like underscores.",
-        "",
-        "A bad value stops the command with one line naming where it came from: the flag, the",
-        "variable, or the file and key.",
-        "",
-        "## Settings",
-        "",
-        *_table(Settings, top=True),
-        "",
-        "## `[[build_pins]]`",
-        "",
-        "Build tools to install for some commits, because newer tools break older commits.",
-        "A pin applies to a commit of `package` whose SHA starts with one of `commits`, or whose",
-        "commit date lies in `since`..`until`; a pin with neither applies to every commit.",
-        "",
-        *_table(BuildPin, top=False),
-        "",
-        "```toml",
-        "[[build_pins]]",
-        'requirements = ["scikit-build-core==0.12.2"]',
-        'package = "pypto"',
-        "until = 2026-03-01",
-        "```",
-        "",
-        "## `[verdict]`",
-        "",
-        "Patterns that replace the built-in ones for a harness with its own output.",
-        "",
-        *_table(VerdictConfig, top=False),
-        "",
-    ]
-    return "\n".join(lines)

@@ -12,11 +12,11 @@ from runner.config import (
     BuildPin,
     Settings,
     VerdictConfig,
-    config_reference,
     flag_name,
     load_settings,
 )
 from runner.errors import BadInput
+from runner.reference import config_reference
 
 
 def test_flags_override_environment_which_overrides_the_file(tmp_path, monkeypatch):
