@@ -11,6 +11,7 @@ the same container the tool ran and judges the output with the tool's own rules:
 from __future__ import annotations
 
 import ast
+import contextlib
 import gzip
 import json
 import shlex
@@ -26,6 +27,7 @@ import docker.errors
 
 import runner
 from runner import __version__
+from runner.config import Settings
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import (
     KIND_LABEL,
@@ -37,8 +39,9 @@ from runner.execute import (
     ExampleRun,
     example_container,
 )
+from runner.inputs import SNAPSHOTS
 from runner.ledger import Attempt, Ledger, LedgerDocument
-from runner.prepare import prepare
+from runner.prepare import Prepared, prepare
 from runner.verdict import VerdictPatterns
 from runner.workflow import ledger_path, load_saved_settings, run_settings
 
@@ -89,14 +92,12 @@ def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
             "lib": Path(inputs.lib_repo),
             "known_good": inputs.good,
             "bad": inputs.bad,
+            "workdir": workdir,  # where the session's snapshot is, wherever the workdir moved
         }
     )
     prepared = prepare(settings)
     if prepared.inputs.settings_digest != inputs.settings_digest:
-        raise BadInput(
-            f"the example {inputs.script} or the run settings changed since the session ran; "
-            "the bundle could not hold them as they were (restore them, then export)"
-        )
+        prepared = _prepared_from_snapshot(settings, workdir, inputs.settings_digest)
     client = prepared.client
     try:
         image = client.images.get(attempt.image_id)
@@ -135,9 +136,13 @@ def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
         recorded_log = Path(attempt.log_path) if attempt.log_path else None
         if recorded_log is not None and recorded_log.is_file():
             shutil.copyfile(recorded_log, destination / "recorded-log.txt")
-        attempt_data = attempt.model_dump(mode="json")
+        recorded = _recorded_entry(ledger_path(workdir), attempt.run_id)
+        attempt_data = recorded.get("attempt") or attempt.model_dump(mode="json")
         _write_json(destination / "attempt.json", attempt_data)
-        _write_json(destination / "session.json", inputs.model_dump(mode="json"))
+        _write_json(
+            destination / "session.json",
+            recorded.get("inputs") or inputs.model_dump(mode="json"),
+        )
         _write_json(
             destination / "environment.json",
             _fingerprint(client, image, attempt_data, document, settings.device_mode, spec),
@@ -153,6 +158,33 @@ def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
             shutil.rmtree(destination, ignore_errors=True)
         raise
     return Bundle(destination, attempt, size)
+
+
+def _prepared_from_snapshot(settings: Settings, workdir: Path, digest: str) -> Prepared:
+    """The pypto-lib checkout changed since the session ran: find the session's own snapshot of it
+    (the one whose content gives the recorded session digest) and prepare from that."""
+    snapshots = workdir / SNAPSHOTS
+    candidates = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+    for candidate in candidates:
+        with contextlib.suppress(BadInput):
+            prepared = prepare(settings.model_copy(update={"lib": candidate}))
+            if prepared.inputs.settings_digest == digest:
+                return prepared
+    raise BadInput(
+        f"the pypto-lib checkout, pto-isa, ptoas or the run settings changed since the session "
+        f"ran, and no snapshot in {snapshots} matches it; restore them, then export"
+    )
+
+
+def _recorded_entry(path: Path, run_id: str) -> dict[str, Any]:
+    """The attempt and the session inputs exactly as the ledger file holds them (a newer tool
+    would add its defaults to a re-serialised model)."""
+    try:
+        data = json.loads(path.read_text())
+        [attempt] = [a for a in data["attempts"] if a.get("run_id") == run_id]
+        return {"attempt": attempt, "inputs": data["inputs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _write_json(path: Path, data: Any) -> None:
