@@ -234,6 +234,7 @@ class DockerTester:
             simpler_wheel=wheels["simpler"].wheel if simpler is not None else None,
             log_path=artifacts / "image.log",
             echo=self.echo,
+            pip_wheel=builders["pypto"].pip_wheel if builders["pypto"] else None,
         )
         record.build_s += time.monotonic() - started
         record.image_id = image.image_id

@@ -540,6 +540,7 @@ class Builder:
     resolution: Resolution
     wheels: tuple[str, ...]
     built: bool = False
+    pip_wheel: Path | None = None  # set when the base image has no pip: test images need one
 
     def summary(self) -> dict[str, object]:
         return {
@@ -573,6 +574,7 @@ class Provisioner:
         self.sources = sources
         self.pins = tuple(pins)
         self.by_date = by_date
+        self.python = python
         self.echo = echo
         self.traits = probe_image(client, base_image_id, cache_root, python=python)
         self._builders: dict[str, Builder] = {}
@@ -607,8 +609,8 @@ class Provisioner:
     def builder(self, resolution: Resolution, where: str) -> Builder:
         """The builder image for a resolution: from memory, from the engine, or built now."""
         cached = self._builders.get(resolution.key())
-        if cached is not None:
-            return cached
+        if cached is not None and _find_builder(self.client, cached.key) == cached.image_id:
+            return cached  # still in the engine: someone may have pruned it meanwhile
         wheels_dir = self.download(resolution, where)
         names = tuple(sorted(p.name for p in wheels_dir.glob("*.whl")))
         key = _builder_key(self.base_image_id, wheels_dir, names)
@@ -617,7 +619,10 @@ class Provisioner:
         if image_id is None:
             image_id = self._build(key, wheels_dir, names, resolution)
             built = True
-        found = Builder(image_id, key, resolution, names, built)
+        bootstrap = None
+        if not self.traits.has_pip:
+            bootstrap = next((wheels_dir / n for n in names if n.startswith("pip-")), None)
+        found = Builder(image_id, key, resolution, names, built, bootstrap)
         self._builders[resolution.key()] = found
         return found
 
@@ -684,12 +689,12 @@ class Provisioner:
     def _build(
         self, key: str, wheels_dir: Path, names: tuple[str, ...], resolution: Resolution
     ) -> str:
-        pip = "python3 -m pip"
+        pip = f"{self.python} -m pip"
         if not self.traits.has_pip:
             bootstrap = next((n for n in names if n.startswith("pip-")), None)
             if bootstrap is None:
                 raise BadInput("the base image has no pip and no pip wheel could be provisioned")
-            pip = f"python3 {_WHEELS_IN_IMAGE}/{bootstrap}/pip"
+            pip = f"{self.python} {_WHEELS_IN_IMAGE}/{bootstrap}/pip"
         labels = {
             LABEL: "1",
             KIND_LABEL: BUILDER_KIND,

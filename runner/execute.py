@@ -216,8 +216,11 @@ def run_container(
         try:
             container = client.containers.create(**_create_arguments(spec, name))
         except docker.errors.ImageNotFound as exc:
-            raise BadInput(
-                f"image {spec.image} not found in the Docker Engine; build or load it first"
+            # The base image is checked before a run starts; an image the tool made that is gone
+            # now was removed meanwhile (a prune, another run's cleanup): retry, it is rebuilt.
+            raise InfrastructureError(
+                f"image {spec.image[:19]} disappeared from the Docker Engine while in use "
+                "(pruned meanwhile?); run again and it is made anew"
             ) from exc
         return _supervise(container, log_path, timeout, echo)
     except _ENGINE_ERRORS as exc:

@@ -92,13 +92,16 @@ def render_dockerfile(
     pypto_wheel: str,
     labels: Mapping[str, str],
     base_user: str | None = None,
+    pip_wheel: str | None = None,
 ) -> str:
     """The Dockerfile text; wheels are file names inside the build context's `wheels/` folder.
+
+    `pip_wheel`: a pip wheel to install with, for a base image without pip.
 
     `base_user` is the base image's USER when it is not root: pip installs as root, then the
     image switches back so the runner's commands see the user the base image intended.
     """
-    for name in (simpler_wheel, pypto_wheel):
+    for name in (simpler_wheel, pypto_wheel, pip_wheel):
         if name is not None and (not name.endswith(".whl") or "/" in name or " " in name):
             raise BisectError(f"not a wheel file name: {name!r}")
     return render_template(
@@ -108,6 +111,8 @@ def render_dockerfile(
         pypto_wheel=pypto_wheel,
         labels=dict(labels),
         base_user=base_user,
+        pip_wheel=pip_wheel,
+        pip=f"python3 /tmp/bisect-pip/{pip_wheel}/pip" if pip_wheel else "python3 -m pip",
     )
 
 
@@ -214,8 +219,11 @@ def ensure_test_image(
     simpler_wheel: Path | None,
     log_path: Path,
     echo: Echo | None = None,
+    pip_wheel: Path | None = None,
 ) -> TestImage:
     """The test image for this pypto/simpler pair: reused when one with equal labels exists.
+
+    `pip_wheel` installs the wheels when the base image has no pip (the image keeps none).
 
     The image is pinned to the base image *id*, so a base tag moved mid-bisect cannot mix two
     environments into one bisect.
@@ -249,12 +257,13 @@ def ensure_test_image(
         pypto_wheel=pypto_wheel.name,
         labels=labels,
         base_user=base_user(client, base_image, base_image_id),
+        pip_wheel=pip_wheel.name if pip_wheel else None,
     )
     context = Path(tempfile.mkdtemp(prefix="bisect-precision-image-"))
     try:
         (context / "wheels").mkdir()
         (context / "Dockerfile").write_text(dockerfile)
-        for wheel in (simpler_wheel, pypto_wheel):
+        for wheel in (simpler_wheel, pypto_wheel, pip_wheel):
             if wheel is not None:
                 _stage_wheel(wheel, context / "wheels")
         with log_path.open("a") as handle:

@@ -7,6 +7,7 @@ and ccache in builder images made from the compiler-only base image.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -402,3 +403,37 @@ def test_builder_prepare_builds_the_ranges_builders_ahead_and_refuses_what_nothi
     assert refused.returncode == 2
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("error: pypto ") and "ninja==0.1" in last
+
+
+@pytest.fixture
+def base_without_pip(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) -> str:
+    """The test base image with pip removed too: nothing Python-packaging is left in it."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image}\n"
+        "RUN rm -rf /usr/lib/python3/dist-packages/pip /usr/bin/pip /usr/bin/pip3*\n"
+        'LABEL "bisect-precision-docker"="1" "bisect-precision-docker.kind"="test-base"\n'
+    )
+    image, _ = docker_client.images.build(
+        path=str(tmp_path), tag="bisect-precision-test-base:no-pip"
+    )
+    yield "bisect-precision-test-base:no-pip"
+    with contextlib.suppress(docker.errors.APIError):
+        docker_client.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_base_image_without_pip_still_builds_and_runs_native_commits(
+    sample_factory, base_without_pip: str, tmp_path: Path
+) -> None:
+    sample = sample_factory(NATIVE)
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache")
+    args[args.index("--base-image") + 1] = base_without_pip
+
+    result = cli(*args, *era_pins(NATIVE), "--good", sample.pypto_shas[4], "--json")
+
+    assert result.returncode == 0, result.stderr
+    assert result.json()["simpler"]["first_bad"] == sample.simpler_shas[3]
+    attempts = json.loads((tmp_path / "work" / "ledger.json").read_text())["attempts"]
+    assert all("pip" in " ".join(a["build_tools"]["pypto"]) for a in attempts)

@@ -249,16 +249,15 @@ def test_ctrl_c_in_the_main_thread_mid_run_still_removes_the_container(
 
 
 @docker_test
-def test_a_missing_image_says_to_build_or_load_it(docker_client, tmp_path):
+def test_an_image_gone_while_in_use_is_infrastructure_not_bad_input(docker_client, tmp_path):
+    """The base image is checked up front; a tool image that vanished was pruned meanwhile."""
     spec = ContainerSpec(image="bisect-precision-no-such-image:latest", command=["true"])
 
-    with pytest.raises(BadInput) as error:
+    with pytest.raises(InfrastructureError) as error:
         run_container(docker_client, spec, log_path=tmp_path / "log.txt")
 
-    assert str(error.value) == (
-        "image bisect-precision-no-such-image:latest not found in the Docker Engine; "
-        "build or load it first"
-    )
+    assert "disappeared from the Docker Engine" in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 @docker_test
