@@ -31,6 +31,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import (
@@ -740,24 +741,23 @@ def _builder_key(base_image_id: str, wheels_dir: Path, names: Sequence[str]) -> 
     return digest.hexdigest()
 
 
-def _find_builder(client: docker.DockerClient, key: str) -> str | None:
+def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
     try:
-        found = client.images.list(filters={"label": f"{KEY_LABEL}={key}"})
+        return client.images.list(filters={"label": label})
     except docker.errors.DockerException as exc:
         raise InfrastructureError(
             f"the Docker Engine failed to list builder images: {exc}"
         ) from exc
+
+
+def _find_builder(client: docker.DockerClient, key: str) -> str | None:
+    found = _builder_images(client, f"{KEY_LABEL}={key}")
     return found[0].id if found else None
 
 
 def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:
     """Builder images in the engine, newest first, for `builder ls`."""
-    try:
-        images = client.images.list(filters={"label": f"{KIND_LABEL}={BUILDER_KIND}"})
-    except docker.errors.DockerException as exc:
-        raise InfrastructureError(
-            f"the Docker Engine failed to list builder images: {exc}"
-        ) from exc
+    images = _builder_images(client, f"{KIND_LABEL}={BUILDER_KIND}")
     rows = []
     for image in images:
         labels = image.labels or {}

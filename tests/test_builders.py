@@ -35,6 +35,7 @@ from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
 from runner.wheels import BuildSettings, WheelCache, build_wheel
 from tests.fixtures.cli import cli, run_args
+from tests.fixtures.samples import SMALL
 
 OLD = "scikit-build-core==0.10.7"
 NEW = "scikit-build-core==1.1.2"
@@ -282,12 +283,7 @@ def test_builds_and_runs_go_through_the_entrypoint_and_keep_an_explicit_ascend_h
 # -- whole bisects of native packages ---------------------------------------------------------
 
 NATIVE = SampleSpec(
-    pypto_commits=8,
-    simpler_commits=6,
-    runtime_added_at=2,
-    runtime_initial=1,
-    libbacktrace_url_change_at=3,
-    nested_submodule_at=4,
+    **{**SMALL, "nested_submodule_at": 4},
     bumps=((5, 5),),
     simpler_regression_at=3,
     native=True,

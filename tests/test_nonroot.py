@@ -26,20 +26,12 @@ import pytest
 from runner.execute import LABEL
 from runner.sample.histories import SampleSpec
 from tests.fixtures.cli import run_args
+from tests.fixtures.samples import SMALL
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 USER = "bisect-precision-tester"
-SPEC = SampleSpec(
-    pypto_commits=8,
-    simpler_commits=6,
-    runtime_added_at=2,
-    runtime_initial=1,
-    libbacktrace_url_change_at=3,
-    nested_submodule_at=2,
-    bumps=((4, 5), (6, 6)),
-    simpler_regression_at=3,
-)
+SPEC = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
 
 
 @pytest.fixture(scope="module")
