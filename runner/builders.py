@@ -175,6 +175,21 @@ class ImageTraits:
         found.append(f"linux_{arch}")
         return found
 
+    def markers(self) -> dict[str, str]:
+        """PEP 508 marker values of the image's Python, for requirements like `tomli; ...`."""
+        return {
+            "python_version": self.python,
+            "python_full_version": f"{self.python}.0",
+            "implementation_name": self.implementation,
+            "platform_python_implementation": "CPython"
+            if self.implementation == "cpython"
+            else self.implementation,
+            "platform_machine": self.machine,
+            "platform_system": "Linux",
+            "sys_platform": "linux",
+            "os_name": "posix",
+        }
+
     def to_json(self) -> dict[str, object]:
         return {
             "python": self.python,
@@ -449,6 +464,7 @@ def resolve(
     commit: str = "",
     by_date: bool = True,
     extras: Iterable[str] = (),
+    markers: Mapping[str, str] | None = None,
 ) -> Resolution:
     """Pick a version for each build requirement as of `when`.
 
@@ -467,8 +483,10 @@ def resolve(
     seen: set[str] = set()
     for text in [*declared, *extras]:
         requirement = _parse_requirement(text, where)
-        if requirement.marker is not None and not _marker_applies(requirement):
-            continue
+        if requirement.marker is not None and not requirement.marker.evaluate(
+            dict(markers) if markers is not None else None
+        ):
+            continue  # e.g. tomli; python_version < "3.11", judged for the image's Python
         name = canonicalize_name(requirement.name)
         if name in seen:
             continue
@@ -482,12 +500,6 @@ def resolve(
         chosen.append(text)
         notes.append(f"{name}: added by build_pins")
     return Resolution(tuple(declared), tuple(chosen), tuple(notes))
-
-
-def _marker_applies(requirement: Requirement) -> bool:
-    # Markers are evaluated for the builder's Linux CPython; the host's version is close enough
-    # for the markers build requirements use (python_version bounds on tomli and the like).
-    return requirement.marker is None or requirement.marker.evaluate()
 
 
 def _choose(
@@ -605,6 +617,7 @@ class Provisioner:
             commit=commit,
             by_date=self.by_date,
             extras=self.extras(),
+            markers=self.traits.markers(),
         )
 
     def builder(self, resolution: Resolution, where: str) -> Builder:

@@ -433,3 +433,18 @@ def test_a_base_image_without_pip_still_builds_and_runs_native_commits(
     assert result.json()["simpler"]["first_bad"] == sample.simpler_shas[3]
     attempts = json.loads((tmp_path / "work" / "ledger.json").read_text())["attempts"]
     assert all("pip" in " ".join(a["build_tools"]["pypto"]) for a in attempts)
+
+
+def test_markers_are_judged_for_the_images_python_not_the_hosts(wheelhouse: Path) -> None:
+    declared = ["ninja", "packaging; python_version < '3.11'"]
+    sources = PackageSources(wheelhouse=wheelhouse)
+
+    def pins(python: str) -> tuple[str, ...]:
+        environment = {"python_version": python, "python_full_version": f"{python}.0"}
+        chosen = resolve(
+            declared, where="x", when=when("2024-01-01"), sources=sources, markers=environment
+        )
+        return chosen.pins
+
+    assert pins("3.10") == ("ninja==1.13.2", "packaging==26.4")
+    assert pins("3.12") == ("ninja==1.13.2",)
