@@ -40,10 +40,17 @@ from runner.execute import (
     example_container,
 )
 from runner.inputs import SNAPSHOTS
-from runner.ledger import Attempt, Ledger, LedgerDocument
+from runner.ledger import (
+    Attempt,
+    Ledger,
+    LedgerDocument,
+    earlier_session,
+    earlier_sessions,
+    session_copy,
+)
 from runner.prepare import Prepared, prepare
 from runner.verdict import VerdictPatterns
-from runner.workflow import ledger_path, load_saved_settings, run_settings
+from runner.workflow import SETTINGS_NAME, ledger_path, load_saved_settings, run_settings
 
 BUNDLE_FORMAT = 1
 IMAGE_FILE = "image.tar.gz"
@@ -63,19 +70,44 @@ class Bundle:
     image_bytes: int
 
 
-def find_attempt(document: LedgerDocument, run_id: str) -> Attempt:
-    """A run id, or a pypto SHA prefix (its latest attempt), as `reproduce` accepts them."""
-    matches = [a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)]
-    if not run_id or not matches:
-        raise BadInput(f"no attempt {run_id!r} in the ledger (see `status` for the run ids)")
-    return matches[-1]
+@dataclass(frozen=True)
+class Recorded:
+    """Where a recorded attempt lives: its ledger file and the settings its session ran with."""
+
+    ledger: Path
+    settings: Path | None  # None = the workdir's own settings.json
+    document: LedgerDocument
+    attempt: Attempt
 
 
-def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
+def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Recorded:
+    """A run id, or a pypto SHA prefix (its latest attempt), looked up as `reproduce` does: in
+    the current session, then the earlier ones (run ids are unique across them), or only in
+    `session`."""
+    current = ledger_path(workdir)
+    if session is not None:
+        ledgers = [(earlier_session(current, session), True)]
+    else:
+        earlier = reversed(list(earlier_sessions(current).values()))
+        ledgers = [(current, False), *((path, True) for path in earlier)]
+    for path, backup in ledgers:
+        document = Ledger.read(path)
+        matches = [
+            a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)
+        ]
+        if run_id and matches:
+            settings = session_copy(path, SETTINGS_NAME) if backup else None
+            return Recorded(path, settings, document, matches[-1])
+    raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
+
+
+def export_attempt(
+    workdir: Path, run_id: str, destination: Path, session: str | None = None
+) -> Bundle:
     """Write the bundle of attempt `run_id` of the session in `workdir` into `destination`."""
     workdir = workdir.expanduser().resolve()
-    document = Ledger.read(ledger_path(workdir))
-    attempt = find_attempt(document, run_id)
+    recorded = find_recorded(workdir, run_id, session)
+    document, attempt = recorded.document, recorded.attempt
     if attempt.image_id is None:
         raise BadInput(
             f"attempt {attempt.run_id} never ran the example ({attempt.verdict.value}: "
@@ -86,7 +118,7 @@ def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
         raise BadInput(f"--to {destination} exists and is not empty; name a new directory")
 
     inputs = document.inputs
-    settings = load_saved_settings(workdir).model_copy(
+    settings = load_saved_settings(workdir, recorded.settings).model_copy(
         update={
             "pypto": Path(inputs.pypto_repo),
             "lib": Path(inputs.lib_repo),
@@ -136,12 +168,12 @@ def export_attempt(workdir: Path, run_id: str, destination: Path) -> Bundle:
         recorded_log = Path(attempt.log_path) if attempt.log_path else None
         if recorded_log is not None and recorded_log.is_file():
             shutil.copyfile(recorded_log, destination / "recorded-log.txt")
-        recorded = _recorded_entry(ledger_path(workdir), attempt.run_id)
-        attempt_data = recorded.get("attempt") or attempt.model_dump(mode="json")
+        verbatim = _recorded_entry(recorded.ledger, attempt.run_id)
+        attempt_data = verbatim.get("attempt") or attempt.model_dump(mode="json")
         _write_json(destination / "attempt.json", attempt_data)
         _write_json(
             destination / "session.json",
-            recorded.get("inputs") or inputs.model_dump(mode="json"),
+            verbatim.get("inputs") or inputs.model_dump(mode="json"),
         )
         _write_json(
             destination / "environment.json",

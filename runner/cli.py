@@ -827,13 +827,14 @@ def export_bundle(
     ],
     to: Annotated[Path, typer.Option("--to", metavar="DIR", help="New directory for the bundle.")],
     workdir: WorkdirOpt = None,
+    session: SessionOpt = None,
 ) -> None:
     """Write a clean-room bundle of one attempt: its image, ledger entry, environment, example
     files and a run.sh that reproduces the verdict without this tool or the repositories."""
     from runner.bundle import export_attempt
 
     with guarded():
-        bundle = export_attempt(_workdir(workdir), run_id, to)
+        bundle = export_attempt(_workdir(workdir), run_id, to, session)
     attempt = bundle.attempt
     OUT.print(f"exported {attempt.run_id} ({attempt.verdict.value} {attempt.reason}) to {to}")
     OUT.print(f"image: {bundle.image_bytes / 1e6:.1f} MB gzipped; reproduce with: {to}/run.sh")

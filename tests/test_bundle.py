@@ -233,3 +233,29 @@ def test_run_sh_hands_docker_every_value_verbatim_whatever_it_contains():
     assert f"{KIND_LABEL}=bundle" in argv and f"{KIND_LABEL}=example" not in argv
     assert "--network" in argv and argv[argv.index("--network") + 1] == "none"
     assert argv[-5:] == ["sh", "-c", "chown -R 7:8 /x", "python3", awkward]
+
+
+def test_a_run_of_an_earlier_session_is_exported_with_that_sessions_record(
+    sample_factory, bisect, tmp_path
+):
+    sample = sample_factory(EXPORTED)
+    for round_ in range(3):  # see bisect_and_export: another session may remove our image
+        workdir = tmp_path / f"work-{round_}"
+        assert bisect(sample, workdir=workdir).returncode == 0
+        first = json.loads((workdir / "ledger.json").read_text())
+        entry = next(a for a in first["attempts"] if a["image_id"])
+        assert bisect(sample, "--new-session", workdir=workdir).returncode == 0
+        [name] = cli("status", "--workdir", str(workdir), "--json").json()["earlier_sessions"]
+        found, named = str(tmp_path / f"found-{round_}"), str(tmp_path / f"named-{round_}")
+
+        by_id = cli("export", entry["run_id"], "--workdir", str(workdir), "--to", found)
+        by_name = cli(
+            "export", entry["run_id"], "--workdir", str(workdir), "--session", name, "--to", named
+        )
+
+        if "no longer in the Docker Engine" not in by_id.stderr + by_name.stderr:
+            break
+    for result, bundle in ((by_id, found), (by_name, named)):
+        assert result.returncode == 0, result.stderr
+        assert json.loads(Path(bundle, "attempt.json").read_text()) == entry
+        assert json.loads(Path(bundle, "session.json").read_text()) == first["inputs"]
