@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import zipfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,6 +22,7 @@ from runner.errors import InfrastructureError, SourceUnavailable
 from runner.execute import ExampleRun, run_example
 from runner.images import WheelInstallFailed, ensure_test_image
 from runner.ledger import Attempt, Ledger, Level, claim_run_dir
+from runner.noop import wheel_content_digest
 from runner.search import Verdict
 from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
@@ -216,6 +218,9 @@ class DockerTester:
                 record.ccache[name] = [wheel.ccache_hits, wheel.ccache_misses]
             if wheel.sha256:
                 record.wheel_digests[name] = wheel.sha256
+            if wheel.ok and wheel.wheel is not None:
+                with contextlib.suppress(OSError, zipfile.BadZipFile):
+                    record.wheel_contents[name] = wheel_content_digest(wheel.wheel)
             if not wheel.ok:
                 record.verdict = Verdict.SKIP
                 record.reason = f"build failed: {name} ({wheel.reason or 'see the build log'})"

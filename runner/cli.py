@@ -354,6 +354,13 @@ def run(
         bool | None,
         typer.Option("--verify/--no-verify", help="Check that good is good and bad is bad first."),
     ] = None,
+    drift_check: Annotated[
+        bool | None,
+        typer.Option(
+            "--drift-check/--no-drift-check",
+            help="At the end, re-run the known-good and the last good commit (bad: exit 3).",
+        ),
+    ] = None,
     confidence: Annotated[
         float | None,
         typer.Option(
@@ -423,6 +430,7 @@ def run(
         "max_mismatch_ratio": max_mismatch_ratio,
         "max_abs_diff": max_abs_diff,
         "max_rel_diff": max_rel_diff,
+        "drift_check": drift_check,
     }
     hint = "nothing recorded is lost; rerun the same command to resume"
     _interrupt_on_sigterm()

@@ -73,6 +73,7 @@ FLAG_NAMES = {
     "build_network": "--build-network/--no-build-network",
     "resolve_by_date": "--resolve-by-date/--no-resolve-by-date",
     "verify": "--verify/--no-verify",
+    "drift_check": "--drift-check/--no-drift-check",
 }
 """Flags whose name is not the setting's name with dashes (lists take one item per flag)."""
 
@@ -302,6 +303,11 @@ class Settings(BaseSettings):
     )
     max_rel_diff: float | None = Field(
         default=None, ge=0, description="Judge by the figures: bad above this max rel diff."
+    )
+    drift_check: bool = Field(
+        default=True,
+        description="At the end, re-run the known-good commit and the last good one; bad now "
+        "means the environment drifted (exit 3).",
     )
     verdict: VerdictConfig = Field(
         default_factory=VerdictConfig,

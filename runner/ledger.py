@@ -37,8 +37,9 @@ from runner.search import Verdict
 LEDGER_SCHEMA_VERSION = 1
 TOOL_NAME = "bisect-precision-docker"
 
-Level = Literal["pypto", "simpler", "split"]
-"""Which history an attempt belongs to; ``split`` = the code-vs-pointer half tests of a bump."""
+Level = Literal["pypto", "simpler", "split", "drift"]
+"""Which history an attempt belongs to; ``split`` = the code-vs-pointer half tests of a bump,
+``drift`` = the re-runs of good commits at the end of a session."""
 
 GitSha = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")]
 """A full lowercase object name (SHA-1, or SHA-256 for such repositories).
@@ -104,6 +105,8 @@ class Attempt(_Strict):
     # Where the attempt ran: base image id and digest, pip freeze and CANN of the image, host
     # driver, npu-smi, kernel, device (see runner/fingerprint.py).
     fingerprint: dict[str, str] = {}
+    # Per package: a digest of the files inside the wheel (runner/noop.py), for the no-op check.
+    wheel_contents: dict[str, str] = {}
 
 
 class Invocation(_Strict):

@@ -47,6 +47,7 @@ class ReportFacts:
     wall_s: float | None = None  # the session's, over every invocation
     invocation_s: float | None = None  # this invocation's; None when no bisect ran (`report`)
     plot: str = ""  # the figures' PNG, relative to the report
+    noop: str = ""  # "pypto"/"simpler": the culprit's build equals its parent's
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -323,6 +324,22 @@ def _environment_lines(data: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _check_notes(facts: ReportFacts, outcome: Outcome) -> list[str]:
+    notes = []
+    if facts.noop:
+        notes.append(
+            f"the culprit's build is identical to its parent's (the same files in the "
+            f"{facts.noop} wheel and the same generated code): flakiness or the environment is "
+            "the likelier cause of the verdict change; run `reproduce` on both"
+        )
+    if outcome.drift:
+        notes.append(
+            "the environment drifted during the session: re-run at the end in their recorded "
+            f"images, {' and '.join(outcome.drift)} now fail; the culprit is not trusted"
+        )
+    return notes
+
+
 def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
     pypto = outcome.pypto
     simpler = outcome.simpler
@@ -344,7 +361,9 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "split": None,
         "simpler": None,
         "triage": None,
-        "notes": list(outcome.notes),
+        "notes": list(outcome.notes) + _check_notes(facts, outcome),
+        "noop": facts.noop or None,
+        "drift": list(outcome.drift),
         "figures": _figures(doc, outcome, facts),
         "environment": _environment(doc),
         "confidence": {
@@ -385,6 +404,12 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
 
 
 def _headline(outcome: Outcome, facts: ReportFacts) -> str:
+    if outcome.drift:
+        culprit = (outcome.pypto.first_bad or "")[:12]
+        return (
+            f"Not trusted: the environment drifted during the session "
+            f"({' and '.join(outcome.drift)} now fail); the bisect pointed at pypto {culprit}."
+        )
     if outcome.endpoint_failure is not None:
         return f"Stopped before bisecting: {outcome.endpoint_failure}."
     if not outcome.finished:
@@ -521,9 +546,9 @@ def build_markdown(
     if data["confidence"]["pypto"] is not None:
         lines += ["## Confidence", ""]
         lines += _confidence_lines(data["confidence"], facts.commits)
-    for note in outcome.notes:
+    for note in data["notes"]:
         lines.append(f"> {note}")
-    if outcome.notes:
+    if data["notes"]:
         lines.append("")
     if facts.triage is not None:
         lines += ["## Triage of the generated code", "", facts.triage.summary, ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol
 
 from runner.confidence import (
@@ -39,7 +40,7 @@ SimplerStates = Callable[[str, str], tuple[str, list[str]]]
 # Which recorded attempts a stage may use: its own and those of the stages before it. A level
 # never sees attempts a later stage made, so a resumed session loads exactly what the
 # uninterrupted one had seen at the same point and takes the same decisions.
-_STAGES: dict[str, int] = {"pypto": 0, "split": 1, "simpler": 2}
+_STAGES: dict[str, int] = {"pypto": 0, "split": 1, "simpler": 2, "drift": 3}
 
 
 class Pending(Exception):
@@ -220,6 +221,7 @@ class Outcome:
     endpoint_failure: str | None = None  # an endpoint did not reproduce: nothing was bisected
     merge_base_index: int = -1  # diverged pointers: where the path turns from backward to forward
     confidence: float = DEFAULT_CONFIDENCE  # the probability a culprit had to reach
+    drift: list[str] = field(default_factory=list)  # good commits that failed re-run at the end
 
     @property
     def finished(self) -> bool:
@@ -227,7 +229,7 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        if self.endpoint_failure is not None:
+        if self.endpoint_failure is not None or self.drift:
             return 3
         if self.source == "inconclusive":
             return 1
@@ -271,6 +273,7 @@ class Session:
         repeat: int | None = None,
         policy: Policy = "majority",
         tolerance: Tolerance | None = None,
+        drift_check: bool = True,
     ) -> None:
         if repeat is not None and repeat < 1:
             raise BisectError(f"--repeat must be at least 1, got {repeat}")
@@ -289,6 +292,8 @@ class Session:
         self.repeat = repeat
         self.policy: Policy = policy
         self.tolerance = tolerance
+        self.drift_check = drift_check
+        self._times: list[datetime] = []  # when each attempt of the bisect stages finished
         self._gitlinks: dict[str, str | None] = {}
         self._subjects: dict[str, str] = {}
 
@@ -311,11 +316,16 @@ class Session:
     def _recorded(self, stage: Level, pypto: str, simpler: str | None) -> list[Verdict]:
         """The verdicts the ledger holds for a pair, from this stage and the ones before it."""
         limit = _STAGES[stage]
-        return [
-            self.verdict(attempt)
-            for attempt in self.lookup(pypto, simpler)
-            if _STAGES.get(attempt.level, 99) <= limit
-        ]
+        seen = []
+        for attempt in self.lookup(pypto, simpler):
+            if _STAGES.get(attempt.level, 99) <= limit:
+                self._saw(attempt)
+                seen.append(self.verdict(attempt))
+        return seen
+
+    def _saw(self, attempt: Attempt) -> None:
+        if attempt.level != "drift":
+            self._times.append(attempt.finished_at)
 
     def verdict(self, attempt: Attempt) -> Verdict:
         """The attempt's verdict under the session's tolerance, else the example's own."""
@@ -325,6 +335,7 @@ class Session:
 
     def _run_once(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
         attempt = self.tester.test(level, pypto, simpler)
+        self._saw(attempt)
         self.events.attempt_done(attempt, reused=False, subject=self.subject(pypto, simpler, level))
         return attempt
 
@@ -414,6 +425,9 @@ class Session:
         self._partial = Outcome("inconclusive", first)
         try:
             outcome = self._run(first)
+            self._partial = outcome
+            if self.drift_check and self.verify and first.found is not None:
+                self._check_drift(outcome, first)
         except Pending as pending:
             # Replay ran out of recorded verdicts: report how far the session got, levels included.
             self._partial.pending = pending
@@ -507,6 +521,43 @@ class Session:
         if second.low_confidence is not None:
             outcome.notes.append(_low_confidence_note(second))
         return outcome
+
+    def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
+        """Re-run the known-good endpoint and the last good commit: bad now = the environment
+        drifted during the session, and no culprit found in it can be trusted.
+
+        The last good commit is skipped when it ran among the bisect's last three attempts (the
+        confidence search re-tests the boundary last): that run saw the environment as it is now.
+        """
+        pairs = [("known-good", self.good, self.gitlink(self.good))]
+        second = outcome.simpler
+        if second is not None and second.found is not None and second.anchor is not None:
+            last = (second.anchor, second.candidates[second.found - 1])
+        else:
+            parent = first.candidates[first.found - 1] if first.found else self.good
+            last = (parent, self.gitlink(parent))
+        recent = [a.finished_at for a in self.lookup(*last) if a.level != "drift"]
+        latest = sorted(set(self._times))[-3:]
+        if last != pairs[0][1:] and not (recent and latest and max(recent) >= latest[0]):
+            pairs.append(("last good", *last))
+        for name, pypto, simpler in pairs:
+            seen = [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
+            while True:
+                if self.repeat is not None:
+                    verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
+                else:
+                    rates = first.belief
+                    verdict = pair_verdict(
+                        seen,
+                        false_fail=rates.false_fail if rates else 0.05,
+                        false_pass=rates.false_pass if rates else 0.05,
+                        confidence=self.confidence,
+                    )
+                if verdict is not None:
+                    break
+                seen.append(self.verdict(self._run_once("drift", pypto, simpler)))
+            if verdict is Verdict.BAD:
+                outcome.drift.append(f"the {name} commit {pypto[:12]}")
 
     def _good_end_holds(
         self,

@@ -38,6 +38,7 @@ from runner.ledger import (
     session_copy,
     to_git_bisect_log,
 )
+from runner.noop import identical_build
 from runner.prepare import Prepared, extra_repos, make_provisioner, prepare
 from runner.report import ReportFacts, write_reports
 from runner.search import Verdict
@@ -217,6 +218,7 @@ def _session(
         repeat=settings.repeat if settings is not None else None,
         policy=settings.policy if settings is not None else "majority",
         tolerance=settings.tolerance() if settings is not None else None,
+        drift_check=settings.drift_check if settings is not None else True,
     )
 
 
@@ -434,6 +436,14 @@ def _artifacts(attempt: Attempt | None) -> Path | None:
     return Path(attempt.artifacts_dir)
 
 
+def _run_with(
+    doc: LedgerDocument, pypto: str, simpler: str | None, verdict: Verdict
+) -> Attempt | None:
+    """The latest attempt of a pair with this verdict (a flaky pair has both), else the latest."""
+    runs = doc.find_all(pypto, simpler)
+    return next((a for a in reversed(runs) if a.verdict is verdict), runs[-1] if runs else None)
+
+
 def gather_facts(
     doc: LedgerDocument,
     outcome: Outcome,
@@ -456,8 +466,8 @@ def gather_facts(
     good_run = bad_run = None
     if outcome.pypto.found is not None:
         last_good = outcome.pypto.last_good
-        good_run = doc.find(last_good, history.gitlink(last_good, path))
-        bad_run = doc.find(culprit, history.gitlink(culprit, path))
+        good_run = _run_with(doc, last_good, history.gitlink(last_good, path), Verdict.GOOD)
+        bad_run = _run_with(doc, culprit, history.gitlink(culprit, path), Verdict.BAD)
     simpler = outcome.simpler
     if simpler is not None and simpler.found is not None:
         blamed = outcome.simpler_culprit
@@ -472,11 +482,14 @@ def gather_facts(
         except (SourceUnavailable, BadInput):
             pass
         good_state = simpler.candidates[simpler.found - 1]
-        good_run = doc.find(simpler.anchor, good_state) or good_run
-        bad_run = doc.find(simpler.anchor, simpler.first_bad) or bad_run
+        good_run = _run_with(doc, simpler.anchor, good_state, Verdict.GOOD) or good_run
+        bad_run = _run_with(doc, simpler.anchor, simpler.first_bad, Verdict.BAD) or bad_run
     facts.commits = commits
     if outcome.pypto.found is not None:
         facts.triage = compare_generated(_artifacts(good_run), _artifacts(bad_run))
+        package = "simpler" if simpler is not None and simpler.found is not None else "pypto"
+        if identical_build(bad_run, good_run, package, facts.triage.status):
+            facts.noop = package
     if bad_run is not None:
         facts.reproduce = (
             f"bisect-precision-docker reproduce --workdir {shlex.quote(str(workdir))} "

@@ -161,6 +161,7 @@ ROWS: dict[str, tuple[str, str, object]] = {
     "max_mismatch_ratio": ("0.01", "max_mismatch_ratio = 0.01", 0.01),
     "max_abs_diff": ("0.005", "max_abs_diff = 0.005", 0.005),
     "max_rel_diff": ("0.1", "max_rel_diff = 0.1", 0.1),
+    "drift_check": ("false", "drift_check = false", False),
     "verdict": ('{"bad": ["BOOM"]}', '[verdict]\nbad = ["BOOM"]', VerdictConfig(bad=["BOOM"])),
 }
 

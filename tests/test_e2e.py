@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import docker
 import pytest
 
 from runner.execute import LABEL, OWNER_LABEL
-from runner.sample.histories import SampleSpec
+from runner.sample.histories import SampleSpec, git
 from tests.fixtures.cli import BASE_IMAGE, cli, run_args
 from tests.fixtures.samples import checkout_state
 
@@ -69,10 +70,14 @@ def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisec
     assert report["source"] == "pypto"
     assert report["pypto"]["first_bad"] == sample.pypto_shas[5]
     assert report["simpler"] is None
-    assert report["stats"]["tests"] <= max_tests(8) + 2 + EXTRA
+    searched = [s for s in report["steps"] if s["level"] != "drift"]
+    assert len(searched) <= max_tests(8) + 2 + EXTRA
+    assert len(report["steps"]) - len(searched) <= 2, "the drift check re-runs at most two"
     assert report["confidence"]["pypto"]["probability"] >= 0.95
     assert report["triage"]["status"] == "changed"
     assert (checkout_state(sample.pypto), checkout_state(sample.lib)) == before
+    assert report["noop"] is None and report["drift"] == []
+    assert report["environment"]["changes"] == []
     md = (tmp_path / "work" / "report.md").read_text()
     assert sample.pypto_shas[5] in md and "git bisect start" in md
 
@@ -190,7 +195,8 @@ def test_an_example_that_lies_ten_percent_of_the_time_still_names_the_culprit_wi
     assert confidence["probability"] >= 0.95
     assert confidence["runner_up"]["probability"] < 0.05
     counts = {row["sha"]: (row["passes"], row["fails"]) for row in confidence["tested"]}
-    assert sum(p + f for p, f in counts.values()) == len(report["steps"])
+    pypto_steps = [s for s in report["steps"] if s["level"] == "pypto"]
+    assert sum(p + f for p, f in counts.values()) == len(pypto_steps)
 
 
 def _attempts(workdir: Path) -> list[dict]:
@@ -425,3 +431,61 @@ def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
     latest = report["environment"]["latest"]
     assert {"pip_freeze", "kernel", "device", "driver", "cann", "test_image_id"} <= set(latest)
     assert "the base image tag now names another image" in (workdir / "report.md").read_text()
+
+
+NO_REGRESSION = SampleSpec(**SMALL, bumps=((4, 4), (6, 5)))
+
+
+def test_a_verdict_flip_on_a_docs_only_commit_is_a_no_op_build_and_the_drift_check_catches_it(
+    sample_factory, shared_cache, tmp_path
+):
+    """The host drifts mid-session and every run fails from then on (as goldens do when the
+    host's BLAS changes): the docs-only commit tested after the change is named, its build
+    equals its parent's, and the known-good commit re-run at the end fails too: exit 3, reports
+    written."""
+    sample = sample_factory(NO_REGRESSION)
+    pypto, lib = tmp_path / "pypto", tmp_path / "lib"
+    shutil.copytree(sample.pypto, pypto, symlinks=True)  # the sample itself is never written
+    shutil.copytree(sample.lib, lib, symlinks=True)
+    (pypto / "docs").mkdir()
+    (pypto / "docs" / "notes.md").write_text("release notes\n")
+    git(pypto, "add", "docs")
+    git(pypto, "commit", "-q", "-m", "docs: release notes", when=86_400 * 400)
+    docs_only = git(pypto, "rev-parse", "HEAD")
+    host = tmp_path / "host"  # stands in for a host directory the runs mount (ptoas here)
+    host.mkdir()
+    state = host / "state"
+    workdir = tmp_path / "work"
+    args = run_args(
+        sample,
+        workdir,
+        shared_cache,
+        *("--pypto", str(pypto), "--lib", str(lib), "--ptoas-root", str(host)),
+        *("--run-env", f"SAMPLE_HOST_STATE={state}"),
+    )
+    args[args.index("--good") + 1] = sample.pypto_shas[-1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while not _attempts(workdir) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        time.sleep(0.05)
+    state.write_text("drifted\n")
+    stdout, stderr = process.communicate(timeout=600)
+
+    assert process.returncode == 3, stderr
+    assert stdout, stderr
+    report = json.loads(stdout)
+    assert report["pypto"]["first_bad"] == docs_only
+    assert report["noop"] == "pypto"
+    assert report["triage"]["status"] == "identical"
+    assert report["drift"] and "known-good" in report["drift"][0]
+    md = (workdir / "report.md").read_text()
+    assert "the culprit's build is identical to its parent's" in md
+    assert md.splitlines()[2].startswith("Not trusted: the environment drifted")
+    drift_runs = [a for a in _attempts(workdir) if a["level"] == "drift"]
+    assert drift_runs and drift_runs[0]["pypto_sha"] == sample.pypto_shas[-1]

@@ -107,8 +107,13 @@ def bisect(sample: Sample, good: int = 0, verify: bool = True, tester=None, **op
 
 
 # The confidence search re-tests the boundary until the culprit reaches 95 %: on a deterministic
-# example that costs at most this many tests more than a plain bisection.
+# example that costs at most this many tests more than a plain bisection (the drift re-runs at
+# the end, at most two, come on top; `searched` leaves them out).
 EXTRA = 3
+
+
+def searched(tester: SpecTester) -> list[tuple[Level, str, str | None]]:
+    return [t for t in tester.tested if t[0] != "drift"]
 
 
 def test_a_pypto_regression_is_found_in_at_most_log2_tests_plus_the_endpoints(sample_factory):
@@ -120,7 +125,7 @@ def test_a_pypto_regression_is_found_in_at_most_log2_tests_plus_the_endpoints(sa
     assert outcome.pypto.first_bad == sample.pypto_shas[6]
     assert outcome.simpler is None
     assert outcome.notes == []
-    assert len(tester.tested) <= math.ceil(math.log2(8)) + 2 + EXTRA
+    assert len(searched(tester)) <= math.ceil(math.log2(8)) + 2 + EXTRA
 
 
 def test_a_simpler_regression_inside_a_forward_bump_descends_with_pypto_at_the_culprit(
@@ -136,7 +141,7 @@ def test_a_simpler_regression_inside_a_forward_bump_descends_with_pypto_at_the_c
     assert outcome.simpler.anchor == sample.pypto_shas[4]
     assert outcome.simpler.first_bad == sample.simpler_shas[4]
     assert outcome.simpler_culprit == sample.simpler_shas[4]
-    simpler_tests = [t for t in tester.tested if t[0] == "simpler"]
+    simpler_tests = [t for t in searched(tester) if t[0] == "simpler"]
     assert len(simpler_tests) <= math.ceil(math.log2(6)) + EXTRA
     assert all(pypto == sample.pypto_shas[4] for _, pypto, _ in simpler_tests)
 
@@ -383,7 +388,7 @@ def test_any_monotone_history_bisects_to_the_brute_force_answer(spec):
     assert outcome.source == source
     if state is not None:
         assert outcome.simpler.first_bad == sample.simpler_shas[state]
-    pypto_tests = [t for t in tester.tested if t[0] == "pypto"]
+    pypto_tests = [t for t in searched(tester) if t[0] == "pypto"]
     assert len(pypto_tests) <= math.ceil(math.log2(spec.pypto_commits)) + 2 + EXTRA
 
 
@@ -410,7 +415,7 @@ def test_without_verification_the_endpoints_are_assumed_and_never_tested(sample_
     tested = {pypto for _, pypto, _ in tester.tested}
     assert sample.pypto_shas[0] not in tested and sample.pypto_shas[-1] not in tested
     # no endpoint runs teach the flake rates, so the boundary takes the two saved tests more
-    assert len(tester.tested) <= math.ceil(math.log2(8)) + 2 + EXTRA
+    assert len(searched(tester)) <= math.ceil(math.log2(8)) + 2 + EXTRA
 
 
 def test_a_culprit_that_changes_only_docs_is_flagged_as_possible_noise(sample_factory, tmp_path):
@@ -571,3 +576,40 @@ def test_limits_on_the_figures_rejudge_the_ledger_and_move_the_culprit(sample_fa
         == (sample.pypto_shas[6])
     )
     assert replay_only(sample, tester.attempts).pypto.first_bad == sample.pypto_shas[3]
+
+
+def test_the_known_good_commit_is_rerun_at_the_end_and_a_clean_session_shows_no_drift(
+    sample_factory,
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+
+    outcome, tester = bisect(sample)
+
+    drift = [t for t in tester.tested if t[0] == "drift"]
+    assert ("drift", sample.pypto_shas[0], None) in drift
+    assert 1 <= len(drift) <= 2
+    assert outcome.drift == [] and outcome.exit_code == 0
+
+
+def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+
+    class Drifting(SpecTester):
+        """Every run fails once the bisect is over, the known-good commit included."""
+
+        drifted = False
+
+        def truth(self, pypto, simpler):
+            return Verdict.BAD if self.drifted else super().truth(pypto, simpler)
+
+        def test(self, level, pypto, simpler):
+            self.drifted = self.drifted or level == "drift"
+            return super().test(level, pypto, simpler)
+
+    outcome, tester = bisect(sample, tester=Drifting(sample))
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    assert outcome.drift and "known-good" in outcome.drift[0]
+    assert outcome.exit_code == 3
+    replayed = replay_only(sample, tester.attempts)
+    assert replayed.drift == outcome.drift and replayed.pending is None

@@ -383,6 +383,13 @@ def write_lib(root: Path) -> None:
             return draw, false_fail, false_pass
 
 
+        def host_drifted():
+            """SAMPLE_HOST_STATE names a host file (mounted, e.g. under --ptoas-root); once it says
+            "drifted" every comparison fails, as goldens do when the host's BLAS changes."""
+            path = os.environ.get("SAMPLE_HOST_STATE")
+            return bool(path) and os.path.isfile(path) and "drifted" in Path(path).read_text()
+
+
         def emit_generated_code(name):
             base = Path(os.environ.get("PYPTO_PROG_BUILD_DIR", "build_output"))
             out = base / f"{name}_{time.strftime('%Y%m%d_%H%M%S')}"
@@ -423,7 +430,7 @@ def write_lib(root: Path) -> None:
             out = pypto.mean(VALUES)
             diff = abs(out - GOLDEN)
             tol = ATOL + RTOL * abs(GOLDEN)
-            passed = diff <= tol
+            passed = diff <= tol and not host_drifted()
             lie = flake()
             if lie is not None:
                 draw, false_fail, false_pass = lie
