@@ -494,7 +494,21 @@ if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
     docker load -i "$HERE/{image_file}" >/dev/null || {{ echo "docker load failed" >&2; exit 2; }}
 fi
 
-cleanup() {{ docker rm -f "$NAME" >/dev/null 2>&1 || true; }}
+# Remove this script's containers; a busy engine can refuse a removal once, so try again.
+cleanup() {{
+    for c in "$NAME" "$NAME-chown" "$NAME-judge"; do
+        tries=0
+        while docker container inspect "$c" >/dev/null 2>&1; do
+            docker rm -f "$c" >/dev/null 2>&1 && break
+            tries=$((tries + 1))
+            if [ "$tries" -ge 10 ]; then
+                echo "could not remove container $c; remove it with: docker rm -f $c" >&2
+                break
+            fi
+            sleep 1
+        done
+    done
+}}
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 rm -rf "$OUT"
@@ -517,7 +531,8 @@ if [ "$(docker inspect -f '{{{{.State.Running}}}}' "$NAME")" = true ]; then
     docker kill "$NAME" >/dev/null 2>&1 || true
     timed_out=1
     # The kill skipped the example's own chown: hand its files to this user.
-    docker run --rm --network none {labels} --label "{owner_label}=$(uname -n):$$" \\
+    docker run --rm --name "$NAME-chown" --network none {labels} \\
+        --label "{owner_label}=$(uname -n):$$" \\
         --mount type=bind,source="$OUT",target={run_mount} "$IMAGE" \\
         chown -R "$OWNER" {run_mount} >/dev/null 2>&1 || true
 fi
@@ -532,7 +547,8 @@ if [ "${{BUNDLE_JUDGE:-host}}" != image ] && command -v python3 >/dev/null 2>&1 
     python3 -B -I -S "$HERE/judge/judge.py" "$HERE/bundle.json" "$OUT/log.txt" \\
         "$exit_code" "$timed_out" "$oom" || status=$?
 else
-    docker run --rm --network none {labels} --label "{owner_label}=$(uname -n):$$" \\
+    docker run --rm --name "$NAME-judge" --network none {labels} \\
+        --label "{owner_label}=$(uname -n):$$" \\
         --mount type=bind,source="$HERE",target=/bundle,readonly "$IMAGE" \\
         {python} -B -I -S /bundle/judge/judge.py /bundle/bundle.json /bundle/out/log.txt \\
         "$exit_code" "$timed_out" "$oom" || status=$?

@@ -125,6 +125,7 @@ def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_r
     assert environment["base_image_id"] == ledger["inputs"]["base_image_id"]
     assert environment["devices"] == ["/dev/null:/dev/davinci0:rwm"]
     assert environment["recorded"]["builders"] == entry["builders"]
+    assert environment["recorded"]["fingerprint"] == entry["fingerprint"]
     assert (bundle / "lib" / EXAMPLE_PATH).read_bytes() == original, "the example as it ran"
     assert not (bundle / "lib" / ".git").exists()
     with gzip.open(bundle / "image.tar.gz") as saved:
