@@ -458,6 +458,31 @@ def run(
     raise typer.Exit(result.outcome.exit_code)
 
 
+def _print_confidence(level: dict | None) -> None:
+    """The culprit's probability, the runner-up and the flake rates, when the search had them."""
+    if not level:
+        return
+    if level.get("low_confidence"):
+        listed = ", ".join(
+            f"{c['sha'][:12]} {c['probability']:.0%}" for c in level["low_confidence"][:5]
+        )
+        OUT.print(f"inconclusive: low confidence; candidates: {listed}")
+        return
+    if level.get("probability") is None:
+        return
+    line = f"  probability {level['probability']:.1%}"
+    if level.get("runner_up"):
+        line += (
+            f", runner-up {level['runner_up']['sha'][:12]} {level['runner_up']['probability']:.1%}"
+        )
+    if level.get("false_fail") is not None:
+        line += (
+            f"; flake rates: false fail {level['false_fail']:.1%}, "
+            f"false pass {level['false_pass']:.1%}"
+        )
+    OUT.print(line)
+
+
 def _print_summary(report: dict, md_path: Path) -> None:
     source = report["source"]
     pypto = report["pypto"]
@@ -465,6 +490,7 @@ def _print_summary(report: dict, md_path: Path) -> None:
     if pypto["first_bad"]:
         commit = pypto.get("commit") or {}
         OUT.print(f"first bad pypto commit: {pypto['first_bad']} {commit.get('subject', '')}")
+        _print_confidence((report.get("confidence") or {}).get("pypto"))
     else:
         OUT.print(f"the first bad pypto commit is one of {len(pypto['candidates'])}:")
         for sha in pypto["candidates"]:
@@ -477,12 +503,18 @@ def _print_summary(report: dict, md_path: Path) -> None:
                 f"simpler commit: {simpler['culprit']} {commit.get('subject', '')} "
                 f"({simpler['direction']} pointer move)"
             )
+            _print_confidence((report.get("confidence") or {}).get("simpler"))
         else:
             OUT.print(f"the simpler commit is one of {len(simpler['candidates'])}:")
             for sha in simpler["candidates"]:
                 OUT.print(f"  {sha}")
+    if pypto["first_bad"] is None:
+        _print_confidence((report.get("confidence") or {}).get("pypto"))
     if report.get("split"):
         OUT.print(report["split"]["summary"])
+    for note in report.get("notes", []):
+        if note.startswith(("the culprit's build is identical", "the environment drifted")):
+            OUT.print(f"warning: {note}")
     if report.get("triage"):
         OUT.print(f"triage: {report['triage']['summary']}")
     if report.get("reproduce"):
