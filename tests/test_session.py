@@ -8,6 +8,7 @@ scenarios through containers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import tempfile
@@ -613,3 +614,49 @@ def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_f
     assert outcome.exit_code == 3
     replayed = replay_only(sample, tester.attempts)
     assert replayed.drift == outcome.drift and replayed.pending is None
+
+
+class Replayable(SpecTester):
+    """Flaky, but the n-th run of a pair always gives the same answer: an interrupted session
+    and an uninterrupted one see the same runs, so they must take the same decisions."""
+
+    def __init__(self, sample: Sample, seed: int, stop_after: int | None = None) -> None:
+        super().__init__(sample, false_fail=0.15, false_pass=0.15, seed=seed)
+        self.seed = seed
+        self.stop_after = stop_after
+
+    def test(self, level, pypto, simpler):
+        if self.stop_after is not None and len(self.tested) >= self.stop_after:
+            raise KeyboardInterrupt
+        nth = len(self.lookup(pypto, simpler))
+        self.rng = random.Random(f"{self.seed}:{pypto}:{simpler}:{nth}")
+        return super().test(level, pypto, simpler)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), stop=st.integers(1, 25))
+def test_a_session_interrupted_anywhere_and_resumed_takes_the_same_steps_to_the_same_answer(
+    resumable_sample, seed, stop
+):
+    sample = resumable_sample
+    whole, straight = bisect(sample, tester=Replayable(sample, seed))
+
+    interrupted = Replayable(sample, seed, stop_after=stop)
+    with contextlib.suppress(KeyboardInterrupt):
+        bisect(sample, tester=interrupted)
+    resumed = Replayable(sample, seed)
+    resumed.attempts = list(interrupted.attempts)
+    resumed.tested = list(interrupted.tested)
+    again, _ = bisect(sample, tester=resumed)
+
+    assert resumed.tested == straight.tested
+    assert (again.pypto.first_bad, again.simpler_culprit, again.exit_code) == (
+        whole.pypto.first_bad,
+        whole.simpler_culprit,
+        whole.exit_code,
+    )
+
+
+@pytest.fixture(scope="module")
+def resumable_sample(sample_factory):
+    return sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
