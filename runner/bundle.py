@@ -188,6 +188,12 @@ def export_attempt(
     except BaseException:
         if created:
             shutil.rmtree(destination, ignore_errors=True)
+        else:  # it was empty: leave it empty
+            for child in destination.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
         raise
     return Bundle(destination, attempt, size)
 
