@@ -153,7 +153,7 @@ def test_endpoints_that_do_not_reproduce_fail_with_the_tools_message(tmp_path, p
     assert job.returncode == 3
     [error] = annotations(job)
     assert error == (
-        "::error title=bisect%3A the endpoints do not reproduce (exit 3)::"
+        "::error title=bisect%3A the endpoints or the environment do not reproduce (exit 3)::"
         "the known-good commit 1234 fails too (bad: does not match golden)"
     )
     assert "infrastructure" not in job.outputs

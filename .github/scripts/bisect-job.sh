@@ -124,7 +124,7 @@ case "$status" in
         annotate error "bisect: bad input (exit 2)" "${message:-see the log}"
         ;;
     3)
-        annotate error "bisect: the endpoints do not reproduce (exit 3)" "${message:-see the log}"
+        annotate error "bisect: the endpoints or the environment do not reproduce (exit 3)" "${message:-see the log}"
         ;;
     4)
         annotate error "bisect: infrastructure failure (exit 4)" "${message:-see the log}"
