@@ -146,6 +146,61 @@ ConfigOpt = Annotated[
         help="Config file [$BISECT_PRECISION_CONFIG, else ./bisect-precision.toml when present].",
     ),
 ]
+PyptoOpt = Annotated[
+    Path | None, typer.Option(metavar="DIR", help="The pypto checkout (only read).")
+]
+
+SimplerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="DIR",
+        help="A simpler clone with commits the checkout's submodule lacks (read); "
+        "shorthand for --submodule-source runtime=DIR.",
+    ),
+]
+
+GoodOpt = Annotated[
+    str | None,
+    typer.Option(metavar="REV", help="Known-good pypto revision (config: known_good)."),
+]
+
+BadOpt = Annotated[
+    str | None, typer.Option(metavar="REV", help="Known-bad revision [HEAD of --pypto].")
+]
+
+BaseImageOpt = Annotated[
+    str | None, typer.Option(metavar="IMAGE", help="CANN-based image to build and run in.")
+]
+
+SubmoduleSourceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="PATH=DIR",
+        help="A clone holding commits the checkout's submodule at PATH lacks (repeatable).",
+    ),
+]
+
+BuildPinOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="JSON",
+        help='Build tools for some commits, e.g. \'{"requirements": '
+        '["scikit-build-core==0.12.2"], "until": "2026-03-01"}\' (repeatable).',
+    ),
+]
+
+ResolveByDateOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--resolve-by-date/--no-resolve-by-date",
+        help="Pick build tools released before each commit's date [on].",
+    ),
+]
+
+WheelhouseOpt = Annotated[
+    Path | None,
+    typer.Option(metavar="DIR", help="Wheels to provision build environments offline."),
+]
 SessionOpt = Annotated[
     str | None,
     typer.Option(
@@ -187,31 +242,17 @@ def _pins(values: list[str] | None) -> list[Any] | None:
 
 @app.command()
 def run(
-    pypto: Annotated[
-        Path | None, typer.Option(metavar="DIR", help="The pypto checkout (only read).")
-    ] = None,
+    pypto: PyptoOpt = None,
     lib: Annotated[
         Path | None,
         typer.Option(metavar="DIR", help="The pypto-lib checkout with the example (only read)."),
     ] = None,
-    simpler: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="DIR",
-            help="A simpler clone with commits the checkout's submodule lacks (read); "
-            "shorthand for --submodule-source runtime=DIR.",
-        ),
-    ] = None,
+    simpler: SimplerOpt = None,
     script: Annotated[
         str | None, typer.Option(metavar="PATH", help="The example, relative to --lib.")
     ] = None,
-    good: Annotated[
-        str | None,
-        typer.Option(metavar="REV", help="Known-good pypto revision (config: known_good)."),
-    ] = None,
-    bad: Annotated[
-        str | None, typer.Option(metavar="REV", help="Known-bad revision [HEAD of --pypto].")
-    ] = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
     platform: Annotated[
         str | None,
         typer.Option(
@@ -223,22 +264,14 @@ def run(
     device: Annotated[
         str | None, typer.Option(metavar="N[,N...]", help="NPU card number, or a comma list [0].")
     ] = None,
-    base_image: Annotated[
-        str | None, typer.Option(metavar="IMAGE", help="CANN-based image to build and run in.")
-    ] = None,
+    base_image: BaseImageOpt = None,
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
     submodule_path: Annotated[
         str | None,
         typer.Option(metavar="PATH", help="Where the simpler gitlink sits in pypto [runtime]."),
     ] = None,
-    submodule_source: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="PATH=DIR",
-            help="A clone holding commits the checkout's submodule at PATH lacks (repeatable).",
-        ),
-    ] = None,
+    submodule_source: SubmoduleSourceOpt = None,
     omit_submodule: Annotated[
         list[str] | None,
         typer.Option(
@@ -284,25 +317,9 @@ def run(
         list[str] | None,
         typer.Option(metavar="KEY=VALUE", help="Environment of the builds (repeatable)."),
     ] = None,
-    build_pin: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="JSON",
-            help='Build tools for some commits, e.g. \'{"requirements": '
-            '["scikit-build-core==0.12.2"], "until": "2026-03-01"}\' (repeatable).',
-        ),
-    ] = None,
-    resolve_by_date: Annotated[
-        bool | None,
-        typer.Option(
-            "--resolve-by-date/--no-resolve-by-date",
-            help="Pick build tools released before each commit's date [on].",
-        ),
-    ] = None,
-    wheelhouse: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="Wheels to provision build environments offline."),
-    ] = None,
+    build_pin: BuildPinOpt = None,
+    resolve_by_date: ResolveByDateOpt = None,
+    wheelhouse: WheelhouseOpt = None,
     run_env: Annotated[
         list[str] | None,
         typer.Option(
@@ -889,39 +906,15 @@ app.add_typer(builder_app, name="builder")
 
 @builder_app.command("prepare")
 def builder_prepare(
-    pypto: Annotated[
-        Path | None, typer.Option(metavar="DIR", help="The pypto checkout (only read).")
-    ] = None,
-    good: Annotated[
-        str | None, typer.Option(metavar="REV", help="Known-good commit: the range starts there.")
-    ] = None,
-    bad: Annotated[str | None, typer.Option(metavar="REV", help="Known-bad commit [HEAD].")] = None,
-    base_image: Annotated[
-        str | None, typer.Option(metavar="IMAGE", help="Base (CANN) image, already loaded.")
-    ] = None,
-    wheelhouse: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="Wheels to provision build environments offline."),
-    ] = None,
-    build_pin: Annotated[
-        list[str] | None,
-        typer.Option(metavar="JSON", help="Build tools for some commits, as for `run`."),
-    ] = None,
-    resolve_by_date: Annotated[
-        bool | None,
-        typer.Option(
-            "--resolve-by-date/--no-resolve-by-date",
-            help="Pick build tools released before each commit's date [on].",
-        ),
-    ] = None,
-    simpler: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="Another simpler clone with commits the checkout lacks."),
-    ] = None,
-    submodule_source: Annotated[
-        list[str] | None,
-        typer.Option(metavar="PATH=DIR", help="Another clone for a submodule (repeatable)."),
-    ] = None,
+    pypto: PyptoOpt = None,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    base_image: BaseImageOpt = None,
+    wheelhouse: WheelhouseOpt = None,
+    build_pin: BuildPinOpt = None,
+    resolve_by_date: ResolveByDateOpt = None,
+    simpler: SimplerOpt = None,
+    submodule_source: SubmoduleSourceOpt = None,
     cache_dir: CacheOpt = None,
     config: ConfigOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the builders as JSON.")] = False,
