@@ -352,7 +352,9 @@ class Session:
         if reused:
             self.events.note(f"{reused} {result.level} verdicts reused from the ledger")
 
-    def _step(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int):
+    def _step(
+        self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int
+    ) -> Attempt:
         commit = result.candidates[index]
         pypto, simpler = pair(commit)
         self.events.step_started(
