@@ -230,10 +230,13 @@ def pair_verdict(
     false_pass: float,
     confidence: float = DEFAULT_CONFIDENCE,
     tries: int = PAIR_TRIES,
+    prior_bad: float = 0.5,
 ) -> Verdict | None:
     """Judge one (pypto, simpler) pair from repeated runs, or None: run it again.
 
-    Used for the code/pointer halves of a bump, with the flake rates the first level estimated.
+    Used for the code/pointer halves of a bump (even odds) and for re-checking commits expected
+    to pass (``prior_bad`` low: a known-good commit turning bad takes more than one failure),
+    with the flake rates the first level estimated.
     A skip decides at once (the pair cannot be built or run). After ``tries`` runs the likelier
     verdict is returned even below the confidence.
     """
@@ -242,7 +245,9 @@ def pair_verdict(
         return Verdict.SKIP
     if not verdicts:
         return None
-    p_bad = pair_probability_bad(verdicts, false_fail=false_fail, false_pass=false_pass)
+    p_bad = pair_probability_bad(
+        verdicts, false_fail=false_fail, false_pass=false_pass, prior_bad=prior_bad
+    )
     if p_bad >= confidence:
         return Verdict.BAD
     if 1 - p_bad >= confidence:
@@ -253,17 +258,21 @@ def pair_verdict(
 
 
 def pair_probability_bad(
-    seen: Sequence[Verdict | str], *, false_fail: float, false_pass: float
+    seen: Sequence[Verdict | str], *, false_fail: float, false_pass: float, prior_bad: float = 0.5
 ) -> float:
-    """P(the pair is truly bad | its runs), even prior odds, with the given error rates."""
+    """P(the pair is truly bad | its runs) with the given error rates and prior."""
     ff = min(max(false_fail, 1e-6), 0.5)
     fp = min(max(false_pass, 1e-6), 0.5)
     verdicts = [Verdict(v) for v in seen]
     fails, passes = verdicts.count(Verdict.BAD), verdicts.count(Verdict.GOOD)
     log_bad = fails * math.log(1 - fp) + passes * math.log(fp)
     log_good = fails * math.log(ff) + passes * math.log(1 - ff)
-    return 1 / (1 + math.exp(log_good - log_bad))
+    odds = math.log(1 - prior_bad) - math.log(prior_bad)
+    return 1 / (1 + math.exp(log_good - log_bad + odds))
 
+
+EXPECTED_GOOD = 0.02
+"""Prior that a commit which passed before (an endpoint, a good end) is now bad."""
 
 EndpointState = Literal["confirmed", "failed", "again"]
 
@@ -311,9 +320,12 @@ class _Model:
             fails_after = total_bad - fails_before
             # good side: errors are fails; bad side: errors are passes
             ev = prior.evidence
-            log_good, error_good = _side(prior, fails_before + ev[0], passes_before + ev[1])
-            log_bad, error_bad = _side(prior, passes_after + ev[2], fails_after + ev[3])
-            log_weights.append(log_good + log_bad)
+            log_ml, error_good, error_bad = _sides(
+                prior,
+                (fails_before + ev[0], passes_before + ev[1]),
+                (passes_after + ev[2], fails_after + ev[3]),
+            )
+            log_weights.append(log_ml)
             self.fail_if_good.append(error_good)
             self.fail_if_bad.append(1 - error_bad)
         top = max(log_weights)
@@ -400,18 +412,32 @@ def _xlogx(x: float) -> float:
     return x * math.log2(x) if x > 0 else 0.0
 
 
-def _side(prior: FlakePrior, errors: int, correct: int) -> tuple[float, float]:
-    """Log marginal likelihood of one side's runs, and the predictive error rate of a new run."""
+def _sides(
+    prior: FlakePrior, good: tuple[int, int], bad: tuple[int, int]
+) -> tuple[float, float, float]:
+    """Log marginal likelihood of both sides' runs, and each side's predictive error rate.
+
+    ``good``/``bad`` are (errors, correct) on each side. Whether the example is "rarely" or
+    "often" flaky is one switch shared by both sides (each side keeps its own rate within it):
+    clean runs anywhere make the whole example look deterministic sooner, and contradictions on
+    one side make the other side's lone verdicts less trusted too.
+    """
     parts = []
     for weight, (a, b) in ((1 - prior.high_weight, prior.low), (prior.high_weight, prior.high)):
         if weight <= 0:
             continue
-        log_ml = _log_beta(a + errors, b + correct) - _log_beta(a, b) + math.log(weight)
-        parts.append((log_ml, (a + errors) / (a + b + errors + correct)))
+        log_ml = math.log(weight)
+        rates = []
+        for errors, correct in (good, bad):
+            log_ml += _log_beta(a + errors, b + correct) - _log_beta(a, b)
+            rates.append((a + errors) / (a + b + errors + correct))
+        parts.append((log_ml, rates))
     top = max(log_ml for log_ml, _ in parts)
-    scaled = [(math.exp(log_ml - top), rate) for log_ml, rate in parts]
+    scaled = [(math.exp(log_ml - top), rates) for log_ml, rates in parts]
     total = sum(w for w, _ in scaled)
-    return top + math.log(total), sum(w * rate for w, rate in scaled) / total
+    error_good = sum(w * rates[0] for w, rates in scaled) / total
+    error_bad = sum(w * rates[1] for w, rates in scaled) / total
+    return top + math.log(total), error_good, error_bad
 
 
 def _log_beta(a: float, b: float) -> float:

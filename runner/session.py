@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from runner.confidence import (
     DEFAULT_CONFIDENCE,
+    EXPECTED_GOOD,
     Belief,
     FlakePrior,
     LowConfidence,
@@ -554,6 +555,7 @@ class Session:
                         false_fail=rates.false_fail if rates else 0.05,
                         false_pass=rates.false_pass if rates else 0.05,
                         confidence=self.confidence,
+                        prior_bad=EXPECTED_GOOD,
                     )
                 if verdict is not None:
                     break
@@ -649,7 +651,11 @@ def _pair_state(
     seen: Sequence[Verdict], expected: Verdict, rates: Belief, confidence: float
 ) -> Literal["confirmed", "failed", "again"]:
     verdict = pair_verdict(
-        seen, false_fail=rates.false_fail, false_pass=rates.false_pass, confidence=confidence
+        seen,
+        false_fail=rates.false_fail,
+        false_pass=rates.false_pass,
+        confidence=confidence,
+        prior_bad=EXPECTED_GOOD if expected is Verdict.GOOD else 1 - EXPECTED_GOOD,
     )
     if verdict is None:
         return "again"

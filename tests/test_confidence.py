@@ -32,33 +32,8 @@ G, B, S = Verdict.GOOD, Verdict.BAD, Verdict.SKIP
 
 
 def brute_posterior(count: int, runs: list[tuple[int, Verdict]], prior: FlakePrior) -> list[float]:
-    """P(first bad = h) for h in 1..count-1, by the chain rule over the runs in order."""
-    weights = []
-    for h in range(1, count):
-        likelihood = 1.0
-        # per side: [mixture weight, errors, correct] per component
-        sides = {
-            side: [[1 - prior.high_weight, 0, 0], [prior.high_weight, 0, 0]]
-            for side in ("good", "bad")
-        }
-        for index, verdict in runs:
-            if verdict is S:
-                continue
-            side = "good" if index < h else "bad"
-            error = (verdict is B) if side == "good" else (verdict is G)
-            comps = sides[side]
-            total = sum(c[0] for c in comps)
-            p_error = 0.0
-            for (a, b), comp in zip((prior.low, prior.high), comps, strict=True):
-                rate = (a + comp[1]) / (a + b + comp[1] + comp[2])
-                p_error += comp[0] / total * rate
-            p = p_error if error else 1 - p_error
-            likelihood *= p
-            for (a, b), comp in zip((prior.low, prior.high), comps, strict=True):
-                rate = (a + comp[1]) / (a + b + comp[1] + comp[2])
-                comp[0] *= rate if error else 1 - rate
-                comp[1 if error else 2] += 1
-        weights.append(likelihood)
+    """P(first bad = h) for h in 1..count-1 under a uniform prior, from brute_likelihood."""
+    weights = [brute_likelihood(h, runs, prior) for h in range(1, count)]
     total = sum(weights)
     return [w / total for w in weights]
 
@@ -68,40 +43,54 @@ def entropy(ps: list[float]) -> float:
 
 
 def brute_gain(count: int, runs: list[tuple[int, Verdict]], index: int, prior: FlakePrior) -> float:
+    """Expected entropy drop of one more run at ``index``, from the unnormalised chain rule."""
     now = brute_posterior(count, runs, prior)
+    z_now = _evidence(count, runs, prior)
     after = 0.0
     for outcome in (G, B):
-        post = brute_posterior(count, [*runs, (index, outcome)], prior)
-        # P(outcome) = ratio of the normalisers, computed through one hypothesis
-        p_outcome = _predictive(count, runs, index, outcome, prior, now)
-        after += p_outcome * entropy(post)
+        grown = [*runs, (index, outcome)]
+        p_outcome = _evidence(count, grown, prior) / z_now
+        after += p_outcome * entropy(brute_posterior(count, grown, prior))
     return entropy(now) - after
 
 
-def _predictive(count, runs, index, outcome, prior, posterior) -> float:
+def _evidence(count: int, runs: list[tuple[int, Verdict]], prior: FlakePrior) -> float:
+    """P(runs) under a uniform prior on h: the normaliser of brute_posterior, recomputed."""
     total = 0.0
-    for h, p in zip(range(1, count), posterior, strict=True):
-        side_runs = [
-            (i, v) for i, v in runs if v is not S and ((i < h) == (index < h))
-        ]  # runs on the same side as index
-        errors = sum(1 for i, v in side_runs if (v is B) == (index < h))
-        correct = len(side_runs) - errors
-        parts = []
-        for weight, (a, b) in ((1 - prior.high_weight, prior.low), (prior.high_weight, prior.high)):
-            ml = math.exp(
-                math.lgamma(a + errors)
-                + math.lgamma(b + correct)
-                - math.lgamma(a + b + errors + correct)
-                - math.lgamma(a)
-                - math.lgamma(b)
-                + math.lgamma(a + b)
-            )
-            parts.append((weight * ml, (a + errors) / (a + b + errors + correct)))
-        z = sum(w for w, _ in parts)
-        p_error = sum(w * r for w, r in parts) / z
-        is_error = (outcome is B) if index < h else (outcome is G)
-        total += p * (p_error if is_error else 1 - p_error)
+    for h in range(1, count):
+        single = brute_likelihood(h, runs, prior)
+        total += single / (count - 1)
     return total
+
+
+def brute_likelihood(h: int, runs: list[tuple[int, Verdict]], prior: FlakePrior) -> float:
+    """P(runs | first bad = h) by the chain rule over the runs in order.
+
+    The rarely/often-flaky switch is shared by both sides, each side has its own Beta rate within
+    it; every run's predictive probability updates the switch's weights and the side's counts.
+    """
+    comps = [
+        {"w": 1 - prior.high_weight, "ab": prior.low, "good": [0, 0], "bad": [0, 0]},
+        {"w": prior.high_weight, "ab": prior.high, "good": [0, 0], "bad": [0, 0]},
+    ]
+    likelihood = 1.0
+    for index, verdict in runs:
+        if verdict is S:
+            continue
+        side = "good" if index < h else "bad"
+        error = (verdict is B) if side == "good" else (verdict is G)
+        total = sum(c["w"] for c in comps)
+        p = 0.0
+        for c in comps:
+            a, b = c["ab"]
+            errors, correct = c[side]
+            rate = (a + errors) / (a + b + errors + correct)
+            p_c = rate if error else 1 - rate
+            p += c["w"] / total * p_c
+            c["w"] *= p_c
+            c[side][0 if error else 1] += 1
+        likelihood *= p
+    return likelihood
 
 
 def as_observations(runs: list[tuple[int, Verdict]]) -> dict[int, list[Verdict]]:
@@ -276,3 +265,14 @@ def test_pair_verdicts_repeat_until_sure_and_endpoints_fail_only_on_repeated_con
 
 def test_evidence_counts_errors_on_each_side_of_the_culprit():
     assert evidence({0: [G, B], 2: [B, G], 1: [G]}, first_bad=2) == (1, 2, 1, 1)
+
+
+def test_every_deterministic_history_costs_at_most_three_tests_more_than_plain_bisection():
+    worst = 0
+    for count in range(3, 33):
+        for culprit in range(1, count):
+            decision, observations = drive(count, culprit, 0.0, 0.0, 0)
+            assert decision == Found(culprit)
+            runs = sum(len(v) for v in observations.values())
+            worst = max(worst, runs - (2 + math.ceil(math.log2(count - 1))))
+    assert worst <= 3
