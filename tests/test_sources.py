@@ -285,7 +285,9 @@ def test_unfetched_submodule_pin_is_source_unavailable_and_leaves_no_dest(
     message = str(caught.value)
     assert message.startswith("source unavailable: submodule runtime commit ")
     assert unfetched[:12] in message and ".git/modules/simpler" in message
-    assert "fetch it there and rerun" in message
+    assert "fetch it there" in message
+    assert "--submodule-source runtime=DIR" in message and "--omit-submodule runtime" in message
+    assert caught.value.submodule == "runtime"
     assert not dest.exists()
 
     parent = exporter.export("HEAD~1", dest)
