@@ -397,7 +397,7 @@ def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
     (tmp_path / "ctx" / "Dockerfile").write_text(
         f"FROM {original.id}\nRUN echo retagged > /etc/bisect-fingerprint-test\n"
     )
-    other, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True)
+    other, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True, forcerm=True)
     workdir = tmp_path / "work"
     args = run_args(sample, workdir, shared_cache, "--base-image", f"{repository}:base")
     try:
