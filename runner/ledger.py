@@ -95,8 +95,6 @@ class Attempt(_Strict):
     artifacts_dir: str | None = None
     metrics: dict[str, float | int | str] = {}
     device: str | None = None
-    started_at: datetime
-    finished_at: datetime
     # Per package: the builder image id, its exact build tools, and ccache [hits, misses].
     builders: dict[str, str] = {}
     build_tools: dict[str, list[str]] = {}
@@ -107,6 +105,8 @@ class Attempt(_Strict):
     fingerprint: dict[str, str] = {}
     # Per package: a digest of the files inside the wheel (runner/noop.py), for the no-op check.
     wheel_contents: dict[str, str] = {}
+    started_at: datetime
+    finished_at: datetime
 
 
 class Invocation(_Strict):

@@ -295,8 +295,8 @@ def run_bisect(
         if ledger.backup is not None:
             _keep_earlier_settings(workdir, ledger.backup)
         _save_settings(workdir, settings)
-        ledger.start_invocation(started)
         snapshot(prepared.lib, prepared.lib_digest, workdir)
+        ledger.start_invocation(started)
         tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo)
         session = _session(
             prepared.history,
