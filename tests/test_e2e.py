@@ -20,18 +20,10 @@ import pytest
 from runner.execute import LABEL, OWNER_LABEL
 from runner.sample.histories import SampleSpec, git
 from tests.fixtures.cli import BASE_IMAGE, cli, run_args
-from tests.fixtures.samples import checkout_state
+from tests.fixtures.samples import SMALL, checkout_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
 
-SMALL = {
-    "pypto_commits": 8,
-    "simpler_commits": 6,
-    "runtime_added_at": 2,
-    "runtime_initial": 1,
-    "libbacktrace_url_change_at": 3,
-    "nested_submodule_at": 2,
-}
 PYPTO_REGRESSION = SampleSpec(**SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=5)
 SIMPLER_REGRESSION = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
 CODE_AND_POINTER = SampleSpec(

@@ -95,6 +95,21 @@ _C_MODULE = """
     """
 
 
+# pypto's code generation, the same in both kinds of sample: the generated source the triage reads.
+_CODEGEN = textwrap.dedent(
+    """
+    def codegen(name):
+        return (
+            f"// kernel {name}\\n"
+            f"float {name}(const float *x, int n) {{\\n"
+            f"    float s = 0; for (int i = 0; i < n; ++i) s += x[i];\\n"
+            f"    return s / n * {FACTOR!r}f;\\n"
+            f"}}\\n"
+        )
+    """
+)
+
+
 def _native_package(
     root: Path, name: str, version: str, *, new_era: bool, language: str, sources: list[str]
 ) -> None:
@@ -261,22 +276,8 @@ def _write_native_pypto(
         "from pypto._native import scale_mean\n\n"
         f"REVISION = {revision}\n"
         f"FACTOR = {factor!r}\n\n\n"
-        + textwrap.dedent(
-            """
-            def codegen(name):
-                return (
-                    f"// kernel {name}\\n"
-                    f"float {name}(const float *x, int n) {{\\n"
-                    f"    float s = 0; for (int i = 0; i < n; ++i) s += x[i];\\n"
-                    f"    return s / n * {FACTOR!r}f;\\n"
-                    f"}}\\n"
-                )
-
-
-            def mean(values):
-                return scale_mean([accumulate(values) / len(values)])
-            """
-        ),
+        + _CODEGEN
+        + "\n\ndef mean(values):\n    return scale_mean([accumulate(values) / len(values)])\n",
     )
 
 
@@ -316,22 +317,8 @@ def write_pypto(
         f"{accumulate}\n\n"
         f"REVISION = {revision}\n"
         f"FACTOR = {factor!r}\n\n\n"
-        + textwrap.dedent(
-            """
-            def codegen(name):
-                return (
-                    f"// kernel {name}\\n"
-                    f"float {name}(const float *x, int n) {{\\n"
-                    f"    float s = 0; for (int i = 0; i < n; ++i) s += x[i];\\n"
-                    f"    return s / n * {FACTOR!r}f;\\n"
-                    f"}}\\n"
-                )
-
-
-            def mean(values):
-                return accumulate(values) / len(values) * FACTOR
-            """
-        )
+        + _CODEGEN
+        + "\n\ndef mean(values):\n    return accumulate(values) / len(values) * FACTOR\n"
     )
     if broken:
         _break_build(root)
