@@ -410,7 +410,7 @@ def base_without_pip(docker_client: docker.DockerClient, base_image: str, tmp_pa
         'LABEL "bisect-precision-docker"="1" "bisect-precision-docker.kind"="test-base"\n'
     )
     image, _ = docker_client.images.build(
-        path=str(tmp_path), tag="bisect-precision-test-base:no-pip"
+        path=str(tmp_path), tag="bisect-precision-test-base:no-pip", rm=True, forcerm=True
     )
     yield "bisect-precision-test-base:no-pip"
     with contextlib.suppress(docker.errors.APIError):
