@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import docker
@@ -43,9 +43,11 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from runner.config import BuildPin
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, ContainerSpec, run_container
 from runner.images import base_user, build_image, render_template
+from runner.wheels import write_json_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,27 +115,6 @@ def _parse_requirement(text: str, where: str) -> Requirement:
         return Requirement(text)
     except InvalidRequirement as exc:
         raise BadInput(f"{where}: build requirement {text!r} is not valid ({exc})") from exc
-
-
-@dataclass(frozen=True)
-class Pin:
-    """A user's pin from the config file: these requirements win for matching commits."""
-
-    requirements: tuple[str, ...]
-    package: str | None = None
-    since: date | None = None
-    until: date | None = None
-    commits: tuple[str, ...] = ()
-
-    def applies(self, package: str, commit: str, when: datetime) -> bool:
-        if self.package is not None and self.package != package:
-            return False
-        if self.commits and not any(commit.startswith(c.lower()) for c in self.commits):
-            return False
-        day = when.astimezone(timezone.utc).date()
-        if self.since is not None and day < self.since:
-            return False
-        return not (self.until is not None and day > self.until)
 
 
 # -- the image the wheels must fit ----------------------------------------------------------
@@ -240,7 +221,7 @@ def probe_image(
     traits = ImageTraits.from_json(json.loads(line.removeprefix("BISECT-PROBE ")))
     with contextlib.suppress(OSError):
         store.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(store, json.dumps(traits.to_json(), indent=2, sort_keys=True) + "\n")
+        write_json_atomic(store, traits.to_json())
     return traits
 
 
@@ -459,7 +440,7 @@ def resolve(
     where: str,
     when: datetime,
     sources: PackageSources,
-    pins: Sequence[Pin] = (),
+    pins: Sequence[BuildPin] = (),
     package: str = "",
     commit: str = "",
     by_date: bool = True,
@@ -475,7 +456,7 @@ def resolve(
     pinned: dict[str, str] = {}
     notes: list[str] = []
     for pin in pins:
-        if pin.applies(package, commit, when):
+        if pin.applies(package, commit, when.astimezone(timezone.utc).date()):
             for text in pin.requirements:
                 requirement = _parse_requirement(text, "build_pins")
                 pinned[canonicalize_name(requirement.name)] = str(requirement)
@@ -576,7 +557,7 @@ class Provisioner:
         base_image_id: str,
         cache_root: Path,
         sources: PackageSources,
-        pins: Sequence[Pin] = (),
+        pins: Sequence[BuildPin] = (),
         by_date: bool = True,
         python: str = "python3",
         echo: Echo | None = None,
@@ -784,9 +765,3 @@ def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:
             }
         )
     return sorted(rows, key=lambda row: row["created"], reverse=True)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

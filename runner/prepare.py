@@ -15,7 +15,7 @@ import docker
 import docker.errors
 
 from runner import __version__
-from runner.builders import PackageSources, Pin, Provisioner
+from runner.builders import PackageSources, Provisioner
 from runner.config import Settings
 from runner.devices import Passthrough, passthrough
 from runner.errors import BadInput, InfrastructureError
@@ -112,22 +112,12 @@ def make_provisioner(
     wheelhouse = settings.wheelhouse.expanduser().resolve() if settings.wheelhouse else None
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise BadInput(f"--wheelhouse {settings.wheelhouse}: no such directory")
-    pins = [
-        Pin(
-            requirements=tuple(pin.requirements),
-            package=pin.package,
-            since=pin.since,
-            until=pin.until,
-            commits=tuple(pin.commits),
-        )
-        for pin in settings.build_pins
-    ]
     return Provisioner(
         client,
         base_image_id=base_image_id,
         cache_root=cache_root,
         sources=PackageSources(wheelhouse=wheelhouse),
-        pins=pins,
+        pins=settings.build_pins,
         by_date=settings.resolve_by_date,
         python=settings.python,
         echo=echo,

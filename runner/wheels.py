@@ -152,7 +152,7 @@ def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def _write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
@@ -286,7 +286,7 @@ class WheelCache:
             meta = path / "entry.json"
             data = json.loads(meta.read_text())
             data["last_used"] = _now().isoformat()
-            _write_json_atomic(meta, data)
+            write_json_atomic(meta, data)
         except (OSError, ValueError):
             pass  # LRU bookkeeping only; a read-only or full cache still serves its wheels
 
@@ -597,7 +597,7 @@ def _build(
         shutil.move(str(wheels[0]), staged / wheel_name)
 
     stamp = _now().isoformat()
-    _write_json_atomic(
+    write_json_atomic(
         staged / "entry.json",
         {
             "format": _ENTRY_FORMAT,

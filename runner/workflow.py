@@ -17,7 +17,6 @@ from pathlib import Path
 
 from runner import __version__
 from runner.attempts import DockerTester, RunSettings
-from runner.builders import Provisioner
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
@@ -145,7 +144,9 @@ def docker_tester(
         submodule_path=settings.submodule_path,
         toolchains=Toolchains(
             prepared.exporter,
-            provisioner(prepared, echo=echo),
+            make_provisioner(
+                settings, prepared.client, prepared.base_image_id, prepared.cache_root, echo=echo
+            ),
             submodule_path=settings.submodule_path,
             phase=phase,
         ),
@@ -173,13 +174,6 @@ class _Watched:
                 if change.after == attempt.run_id:
                     self.events.note(f"warning: {describe_change(change)}")
         return attempt
-
-
-def provisioner(prepared: Prepared, *, echo: Callable[[str], None] | None = None) -> Provisioner:
-    """Builder images for this base image, with tools from the wheelhouse or pip's indexes."""
-    return make_provisioner(
-        prepared.settings, prepared.client, prepared.base_image_id, prepared.cache_root, echo=echo
-    )
 
 
 def _session(

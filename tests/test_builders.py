@@ -23,11 +23,11 @@ import pytest
 from runner.builders import (
     LEGACY_REQUIRES,
     PackageSources,
-    Pin,
     Provisioner,
     build_requires,
     resolve,
 )
+from runner.config import BuildPin
 from runner.devices import passthrough
 from runner.errors import BadInput
 from runner.execute import ContainerSpec, ExampleRun, example_container, run_container
@@ -155,7 +155,7 @@ def test_a_commit_older_than_every_satisfying_release_gets_the_oldest(index: Ind
 
 def test_pins_from_the_config_win_for_their_package_and_dates(wheelhouse: Path) -> None:
     sources = PackageSources(wheelhouse=wheelhouse)  # a wheelhouse has no upload times
-    pins = [Pin((OLD,), package="pypto", until=when("2024-01-05").date())]
+    pins = [BuildPin(requirements=[OLD], package="pypto", until=when("2024-01-05").date())]
 
     def pick(package: str, day: str) -> tuple[str, ...]:
         return resolve(
