@@ -28,6 +28,7 @@ import docker.errors
 import runner
 from runner import __version__
 from runner.config import Settings
+from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import (
     KIND_LABEL,
@@ -35,7 +36,6 @@ from runner.execute import (
     LIB_MOUNT,
     OWNER_LABEL,
     RUN_MOUNT,
-    ContainerSpec,
     ExampleRun,
     example_container,
 )

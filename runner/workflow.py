@@ -19,8 +19,9 @@ from runner import __version__
 from runner.attempts import DockerTester, RunSettings
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
+from runner.containers import Mount
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
-from runner.execute import Mount, reclaim, remove_stale_containers
+from runner.execute import reclaim, remove_stale_containers
 from runner.findings import gather_facts
 from runner.fingerprint import Collector
 from runner.fingerprint import changes as fingerprint_changes
