@@ -18,6 +18,7 @@ from runner.confidence import (
     DEFAULT_CONFIDENCE,
     EXPECTED_GOOD,
     Belief,
+    Descend,
     FlakePrior,
     LowConfidence,
     belief,
@@ -25,6 +26,7 @@ from runner.confidence import (
     endpoint_check,
     evidence,
     pair_verdict,
+    tally,
 )
 from runner.errors import BisectError
 from runner.history import Change, History
@@ -136,6 +138,10 @@ class LevelResult:
     repeat: int | None = None  # fixed repeats per commit instead of the confidence search
     policy: Policy = "majority"
     prior: FlakePrior | None = None  # the simpler level starts from what level one learnt
+    weights: tuple[float, ...] | None = None  # prior weight of each first-bad hypothesis
+    descend: frozenset[int] = frozenset()  # candidates a second level refines (pointer moves)
+    descended: bool = False  # stopped at a pointer move: the second level checks the boundary
+    pairs: dict[str, tuple[str, str | None]] | None = None  # a joint chain: label -> pair to run
 
     @property
     def done(self) -> bool:
@@ -402,6 +408,8 @@ class Session:
         self.drift_check = drift_check
         self._times: list[datetime] = []  # when each attempt of the bisect stages finished
         self._gitlinks: dict[str, str | None] = {}
+        self._last_good: tuple[str, str | None] | None = None  # the joint chain's, when it ran
+        self._chain: LevelResult | None = None
         self._subjects: dict[str, str] = {}
 
     def subject(self, pypto: str, simpler: str | None = None, level: Level = "pypto") -> str:
@@ -513,7 +521,7 @@ class Session:
 
     def _picks(
         self, result: LevelResult, observations: Mapping[int, Sequence[Verdict]]
-    ) -> Step | LowConfidence:
+    ) -> Step | LowConfidence | Descend:
         """What the level does next from `observations`: Found/Inconclusive/LowConfidence, or
         the indices of the next round (up to one per device)."""
         count = len(result.candidates)
@@ -547,14 +555,17 @@ class Session:
             observations,
             confidence=self.confidence,
             prior=result.prior,
-            retest_endpoints=self.verify or result.level == "simpler",
+            retest_endpoints=self.verify or (result.level == "simpler" and result.pairs is None),
+            weights=result.weights,
+            descend=result.descend,
         )
         if not isinstance(step, Test):
             return step
         majority = _verdicts(observations, None, "majority")
         if k == 1:
             return Test((self._cache_aware(result, majority, step.indices[0]),))
-        return Test(_quantile_picks(belief(count, observations, result.prior), step.indices[0], k))
+        posterior = belief(count, observations, result.prior, result.weights)
+        return Test(_quantile_picks(posterior, step.indices[0], k))
 
     def _cache_aware(self, result: LevelResult, verdicts: Mapping[int, Verdict], pick: int) -> int:
         """A neighbour of the ideal pivot whose wheels are built already, when testing it costs
@@ -581,6 +592,9 @@ class Session:
         return pick
 
     def _pair(self, result: LevelResult) -> Callable[[str], tuple[str, str | None]]:
+        if result.pairs is not None:
+            pairs = result.pairs
+            return lambda label: pairs[label]
         if result.level == "simpler":
             anchor = result.anchor or ""
             return lambda state: (anchor, state)
@@ -621,8 +635,12 @@ class Session:
             return
         count = len(result.candidates)
         while True:
-            result.belief = belief(count, result.observations, result.prior)
+            result.belief = belief(count, result.observations, result.prior, result.weights)
             step = self._picks(result, result.observations)
+            if isinstance(step, Descend):
+                result.found = step.index
+                result.descended = True
+                return
             if isinstance(step, Found):
                 result.found = step.index
                 return
@@ -678,6 +696,13 @@ class Session:
         self._load(first, pypto_pair)
         if self.verify:
             self._verify_endpoints(first, pypto_pair)
+        if self.repeat is None:
+            links = [self.gitlink(commit) for commit in first.candidates]
+            first.descend = frozenset(
+                i
+                for i in range(1, len(links))
+                if None not in (links[i - 1], links[i]) and links[i - 1] != links[i]
+            )
         self._bisect(first, pypto_pair)
         if first.found is None:
             if first.low_confidence is not None:
@@ -701,6 +726,8 @@ class Session:
                 f"the culprit {what} the {self.path} submodule: there is no simpler range to bisect"
             )
             return outcome
+        if first.descended:
+            return self._joint(first, outcome, change)
 
         anchor = culprit
         if change.kind == "pointer-and-code":
@@ -759,6 +786,220 @@ class Session:
             outcome.notes.append(_low_confidence_note(second))
         return outcome
 
+    def _seen_elsewhere(self, first: LevelResult) -> tuple[int, int, int, int] | None:
+        """The bisect's runs judged by its answer: what they say about the flake rates."""
+        if self._chain is not None and self._chain.found is not None:
+            return evidence(self._chain.observations, self._chain.found)
+        if first.found is None:
+            return None
+        return evidence(first.observations, first.found)
+
+    def _joint(self, first: LevelResult, outcome: Outcome, change: Change) -> Outcome:
+        """Bisect inside the culprit's pointer move and check both levels' boundaries at once.
+
+        The pairs form one chain from the known-good end to the known-bad end: level one's
+        commits up to the parent, the pairs inside the bump (the code half first when the bump
+        changes code too), then the culprit and the commits after it. The first bad pair of that
+        chain is the answer, so one posterior over it is the joint probability that the pypto
+        culprit and the simpler culprit are both right, every run of both levels is evidence for
+        it, and the reproduction check applies to the final boundary only. Pairs with the same
+        build inputs are one link: a pointer-only bump's culprit with the old pointer builds
+        exactly what its parent built. Each pypto commit keeps its prior share; a bump's share
+        is spread over the pairs inside it.
+        """
+        assert first.found is not None and change.old is not None and change.new is not None
+        c = first.found
+        parent, culprit = first.candidates[c - 1], first.candidates[c]
+        anchor: str | None = culprit
+        if change.kind == "pointer-and-code":
+            split = self._split(first, parent, culprit, change.old, change.new)
+            outcome.split = split
+            anchor = split.anchor
+            if anchor == parent:
+                outcome.notes.append(
+                    f"simpler is bisected with pypto at the culprit's parent {parent[:12]}"
+                )
+        states: list[str] = []
+        if anchor is not None:
+            try:
+                direction, states = self.simpler_states(change.old, change.new)
+            except BisectError as exc:
+                outcome.source = "inconclusive"
+                outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+                return outcome
+            outcome.direction = direction
+            if direction == "diverged" and self.merge_base is not None:
+                base = self.merge_base(change.old, change.new)
+                if base in states:
+                    outcome.merge_base_index = states.index(base)
+        links: list[list[tuple[str, str | None]]] = [
+            [(commit, self.gitlink(commit))] for commit in first.candidates[:c]
+        ]
+        origin: list[int] = list(range(c))  # the pypto candidate each link's hypothesis blames
+        at_state: dict[int, int] = {}  # link -> simpler state index
+        if anchor is None:
+            if outcome.split is not None and outcome.split.code_half is not Verdict.SKIP:
+                links.append([(culprit, change.old)])
+                origin.append(c)
+        else:
+            inside = states[1:-1]
+            if anchor == culprit and change.kind == "pointer-only":
+                at_state[c - 1] = 0
+                links[c - 1].append((culprit, states[0]))
+            elif anchor == culprit:
+                at_state[len(links)] = 0
+                links.append([(culprit, states[0])])
+                origin.append(c)
+            for j, state in enumerate(inside, start=1):
+                at_state[len(links)] = j
+                links.append([(anchor, state)])
+                origin.append(c)
+            if anchor == parent:
+                at_state[c - 1] = 0
+                at_state[len(links)] = len(states) - 1
+                links.append([(parent, states[-1])])
+                origin.append(c)
+            else:
+                at_state[len(links)] = len(states) - 1
+        end = len(links)  # the culprit's link closes the bump's share
+        for commit in first.candidates[c:]:
+            links.append([(commit, self.gitlink(commit))])
+        origin += list(range(c, len(first.candidates)))
+        share = 1 / (end - c + 1)
+        weights = tuple(share if c <= k <= end else 1.0 for k in range(len(links)))
+        labels = [f"{k}:{pairs[0][0]}:{pairs[0][1]}" for k, pairs in enumerate(links)]
+        chain = LevelResult(
+            "simpler",
+            labels,
+            anchor=anchor,
+            weights=weights,
+            pairs={label: pairs[0] for label, pairs in zip(labels, links, strict=True)},
+        )
+        self._chain = chain
+        second = None
+        if anchor is not None:
+            second = LevelResult("simpler", states, anchor=anchor)
+            outcome.simpler = second
+            outcome.source = "simpler"
+            self.events.level_started(
+                "simpler",
+                len(states) - 1,
+                f"simpler states {outcome.direction} with pypto at {anchor[:12]}, checked with "
+                "the pypto level's runs",
+            )
+        for k, pairs in enumerate(links):
+            for pair in dict.fromkeys(pairs):
+                seen = self._recorded("simpler", *pair)
+                chain.observations.setdefault(k, []).extend(seen)
+        try:
+            self._bisect(chain, self._pair(chain))
+        finally:
+            self._project(chain, first, second, origin, at_state)
+        return self._joint_outcome(chain, first, second, outcome, origin, at_state, links)
+
+    def _project(
+        self,
+        chain: LevelResult,
+        first: LevelResult,
+        second: LevelResult | None,
+        origin: Sequence[int],
+        at_state: Mapping[int, int],
+    ) -> None:
+        """Each level's view of the joint chain: its runs, tests and posterior."""
+        if chain.belief is None:
+            chain.belief = belief(
+                len(chain.candidates), chain.observations, chain.prior, chain.weights
+            )
+        joint = chain.belief
+        pypto = [0.0] * len(first.candidates)
+        for k, p in enumerate(joint.probabilities):
+            if k > 0:
+                pypto[origin[k]] += p
+        first.belief = _projected(joint, pypto, first.observations)
+        if second is None:
+            first.tests += chain.tests
+            first.rounds += chain.rounds
+            return
+        second.tests, second.rounds = chain.tests, chain.rounds
+        second.observations = {
+            j: list(chain.observations[k]) for k, j in at_state.items() if chain.observations.get(k)
+        }
+        simpler = [0.0] * len(second.candidates)
+        for k, j in at_state.items():
+            if j > 0:
+                simpler[j] = joint.probabilities[k]
+        second.belief = _projected(joint, simpler, second.observations)
+
+    def _joint_outcome(
+        self,
+        chain: LevelResult,
+        first: LevelResult,
+        second: LevelResult | None,
+        outcome: Outcome,
+        origin: Sequence[int],
+        at_state: Mapping[int, int],
+        links: Sequence[Sequence[tuple[str, str | None]]],
+    ) -> Outcome:
+        c = first.found
+        assert c is not None
+        if chain.found is not None:
+            k = chain.found
+            self._last_good = links[k - 1][0]
+            if second is not None and at_state.get(k, 0) > 0:
+                second.found = at_state[k]
+                return outcome
+            if origin[k] == c:
+                # the code half or pypto's code on top of the new pointer fails: the code carries it
+                outcome.source, outcome.simpler = "pypto", None
+                if outcome.split is not None:
+                    outcome.split.carrier = "code"
+                    outcome.split.anchor = None
+                return outcome
+            # The runs of both levels moved the boundary off the bump: a plain pypto culprit.
+            moved = first.candidates[origin[k]]
+            first.found = origin[k]
+            change = self.history.classify(moved, self.path)
+            outcome.change, outcome.split, outcome.simpler = change, None, None
+            outcome.direction = None
+            outcome.source = "pypto"
+            if change.moved:
+                outcome.source = "inconclusive"
+                outcome.notes.append(
+                    f"the runs inside the bump at {first.candidates[c][:12]} point to another "
+                    f"pointer move, {moved[:12]}: run the session again to bisect it"
+                )
+            return outcome
+        if chain.inconclusive is not None:
+            lo, hi = chain.inconclusive
+            if second is not None and all(at_state.get(k, 0) > 0 for k in range(lo, hi + 1)):
+                second.inconclusive = (at_state[lo], at_state[hi])
+                return outcome
+            outcome.source = "inconclusive"
+            outcome.notes.append(
+                "untestable pairs around the boundary: "
+                + ", ".join(
+                    f"{links[k][0][0][:12]} with simpler {(links[k][0][1] or 'none')[:12]}"
+                    for k in range(lo - 1, hi + 1)
+                )
+            )
+            return outcome
+        if chain.low_confidence is not None:
+            listed = ", ".join(
+                f"{links[k][0][0][:12]} with simpler {(links[k][0][1] or 'none')[:12]} {p:.0%}"
+                for k, p in chain.low_confidence
+            )
+            outcome.notes.append(
+                f"inconclusive: low confidence after {chain.tests} tests of both levels; "
+                f"first bad pair candidates: {listed}"
+            )
+            if second is not None:
+                second.low_confidence = tuple(
+                    (at_state[k], p) for k, p in chain.low_confidence if at_state.get(k, 0) > 0
+                )
+            else:
+                outcome.source = "inconclusive"
+        return outcome
+
     def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
         """Re-run the known-good endpoint and the last good commit: bad now = the environment
         drifted during the session, and no culprit found in it can be trusted.
@@ -768,7 +1009,9 @@ class Session:
         """
         pairs = [("known-good", self.good, self.gitlink(self.good))]
         second = outcome.simpler
-        if second is not None and second.found is not None and second.anchor is not None:
+        if self._last_good is not None:
+            last = self._last_good
+        elif second is not None and second.found is not None and second.anchor is not None:
             last = (second.anchor, second.candidates[second.found - 1])
         else:
             parent = first.candidates[first.found - 1] if first.found else self.good
@@ -790,6 +1033,7 @@ class Session:
                         false_pass=rates.false_pass if rates else 0.05,
                         confidence=self.confidence,
                         prior_bad=EXPECTED_GOOD,
+                        seen_elsewhere=self._seen_elsewhere(first),
                     )
                 if verdict is not None:
                     break
@@ -860,6 +1104,7 @@ class Session:
                     false_fail=rates.false_fail if rates else 0.05,
                     false_pass=rates.false_pass if rates else 0.05,
                     confidence=self.confidence,
+                    seen_elsewhere=self._seen_elsewhere(first),
                 )
                 if verdict is not None:
                     return verdict
@@ -879,6 +1124,22 @@ class Session:
         if code is bad or pointer is good:
             return Split(pointer, code, "code")
         return Split(pointer, code, "unknown")
+
+
+def _projected(
+    joint: Belief, probabilities: Sequence[float], observations: Mapping[int, Sequence[Verdict]]
+) -> Belief:
+    """A level's share of the joint chain's posterior, for the report."""
+    tallies = tally(observations)
+    blocks = tuple((i, i, p) for i, p in enumerate(probabilities) if i > 0)
+    return Belief(
+        count=len(probabilities),
+        probabilities=tuple(probabilities),
+        false_fail=joint.false_fail,
+        false_pass=joint.false_pass,
+        blocks=blocks,
+        tallies=tallies,
+    )
 
 
 def _pair_state(
