@@ -196,10 +196,10 @@ def belief(
 def default_budget(count: int) -> int:
     """How many attempts one level may take before it gives up as low confidence.
 
-    Generous (several times a plain bisection) because a 30 % flaky example needs that many; a
-    deterministic one stops long before.
+    Generous (several times a plain bisection) because a 30 % flaky example needs that many, and
+    a session that gives up has no answer at all; a deterministic one stops long before.
     """
-    return 10 * max(1, math.ceil(math.log2(max(count, 2)))) + 30
+    return 20 * max(1, math.ceil(math.log2(max(count, 2)))) + 60
 
 
 def decide(

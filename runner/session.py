@@ -1020,26 +1020,93 @@ class Session:
         latest = sorted(set(self._times))[-3:]
         if last != pairs[0][1:] and not (recent and latest and max(recent) >= latest[0]):
             pairs.append(("last good", *last))
-        for name, pypto, simpler in pairs:
-            seen = [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
-            while True:
-                if self.repeat is not None:
-                    verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
-                else:
-                    rates = first.belief
-                    verdict = pair_verdict(
-                        seen,
-                        false_fail=rates.false_fail if rates else 0.05,
-                        false_pass=rates.false_pass if rates else 0.05,
-                        confidence=self.confidence,
-                        prior_bad=EXPECTED_GOOD,
-                        seen_elsewhere=self._seen_elsewhere(first),
-                    )
-                if verdict is not None:
-                    break
-                seen.append(self.verdict(self._run_once("drift", pypto, simpler)))
+        seen = [
+            [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
+            for _, pypto, simpler in pairs
+        ]
+        verdicts = self._judge_pairs(
+            "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
+        )
+        for (name, pypto, _), verdict in zip(pairs, verdicts, strict=True):
             if verdict is Verdict.BAD:
                 outcome.drift.append(f"the {name} commit {pypto[:12]}")
+
+    def _judge_pairs(
+        self,
+        level: Level,
+        pairs: Sequence[tuple[str, str | None]],
+        seen: list[list[Verdict]],
+        first: LevelResult,
+        prior_bad: float = 0.5,
+    ) -> list[Verdict]:
+        """Run each pair until its runs give a verdict (split halves, drift re-runs)."""
+
+        def verdict(i: int) -> Verdict | None:
+            if self.repeat is not None:
+                if len(seen[i]) < self.repeat:
+                    return None
+                return aggregate(seen[i], self.policy) or Verdict.SKIP
+            rates = first.belief
+            return pair_verdict(
+                seen[i],
+                false_fail=rates.false_fail if rates else 0.05,
+                false_pass=rates.false_pass if rates else 0.05,
+                confidence=self.confidence,
+                prior_bad=prior_bad,
+                seen_elsewhere=self._seen_elsewhere(first),
+            )
+
+        def run(picks: Sequence[int]) -> None:
+            requests = [Request(level, *pairs[i]) for i in picks]
+            for i, attempt in zip(picks, self._run_round(requests), strict=True):
+                seen[i].append(self.verdict(attempt))
+
+        self._until_settled(len(pairs), lambda i: verdict(i) is not None, run, lambda i: True)
+        out = []
+        for i in range(len(pairs)):
+            v = verdict(i)
+            assert v is not None
+            out.append(v)
+        return out
+
+    def _until_settled(
+        self,
+        count: int,
+        settled: Callable[[int], bool],
+        run: Callable[[Sequence[int]], None],
+        go_on: Callable[[int], bool],
+    ) -> None:
+        """Run items ``0..count-1`` again until each is settled; ``go_on(i)`` once item i is
+        settled says whether the others are still wanted.
+
+        One device: one item after the other, as before. Several: every unsettled item in one
+        round, and the spare devices repeat items that already needed a repeat, so a flaky pair
+        gets its runs at once.
+        """
+        if self.parallel == 1:
+            for i in range(count):
+                while not settled(i):
+                    run([i])
+                if not go_on(i):
+                    return
+            return
+        reported: set[int] = set()
+        ran: set[int] = set()
+        while True:
+            for i in range(count):
+                if i not in reported and settled(i):
+                    reported.add(i)
+                    if not go_on(i):
+                        return
+            open_ = [i for i in range(count) if i not in reported]
+            if not open_:
+                return
+            picks = list(open_)
+            again = [i for i in open_ if i in ran]
+            while again and len(picks) < self.parallel:
+                picks.append(again[len(picks) % len(again)])
+            ran.update(open_)
+            run(picks)
 
     def _good_end_holds(
         self,
@@ -1073,46 +1140,35 @@ class Session:
         self, first: LevelResult, pair: Callable[[str], tuple[str, str | None]]
     ) -> None:
         last = len(first.candidates) - 1
-        for index, expected, which in ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad")):
-            while True:
-                seen = first.observations.get(index, [])
-                if self.repeat is not None:
-                    verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
-                    state = None if verdict is None else verdict is expected
-                else:
-                    check = endpoint_check(seen, expected)
-                    state = None if check == "again" else check == "confirmed"
-                if state is True:
-                    break
-                if state is False:
-                    commit = first.candidates[index]
-                    recorded = self.lookup(commit, self.gitlink(commit))
-                    raise EndpointFailure(which, recorded[-1])
-                self._step(first, pair, index)
+        ends = ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad"))
 
-    def _half(self, first: LevelResult, pypto: str, simpler: str) -> Verdict:
-        """Judge one half of a bump, repeating it as the flake rates of level one require."""
-        seen = self._recorded("split", pypto, simpler)
-        while True:
+        def state(i: int) -> bool | None:
+            index, expected, _ = ends[i]
+            seen = first.observations.get(index, [])
             if self.repeat is not None:
-                if len(seen) >= self.repeat:
-                    return aggregate(seen, self.policy) or Verdict.SKIP
-            else:
-                rates = first.belief
-                verdict = pair_verdict(
-                    seen,
-                    false_fail=rates.false_fail if rates else 0.05,
-                    false_pass=rates.false_pass if rates else 0.05,
-                    confidence=self.confidence,
-                    seen_elsewhere=self._seen_elsewhere(first),
-                )
-                if verdict is not None:
-                    return verdict
-            seen.append(self.verdict(self._run_once("split", pypto, simpler)))
+                verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
+                return None if verdict is None else verdict is expected
+            check = endpoint_check(seen, expected)
+            return None if check == "again" else check == "confirmed"
+
+        def holds(i: int) -> bool:
+            if state(i) is False:
+                commit = first.candidates[ends[i][0]]
+                recorded = self.lookup(commit, self.gitlink(commit))
+                raise EndpointFailure(ends[i][2], recorded[-1])
+            return True
+
+        self._until_settled(
+            len(ends),
+            lambda i: state(i) is not None,
+            lambda picks: self._steps(first, pair, [ends[i][0] for i in picks]),
+            holds,
+        )
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
-        pointer = self._half(first, parent, new)
-        code = self._half(first, culprit, old)
+        halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
+        seen = [self._recorded("split", *half) for half in halves]
+        pointer, code = self._judge_pairs("split", halves, seen, first)
         good, bad = Verdict.GOOD, Verdict.BAD
         if code is good:
             # (culprit, old) passes, so the simpler range can be bisected with pypto at the culprit.
