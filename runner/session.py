@@ -1056,11 +1056,7 @@ class Session:
                 seen_elsewhere=self._seen_elsewhere(first),
             )
 
-        def run(picks: Sequence[int]) -> None:
-            requests = [Request(level, *pairs[i]) for i in picks]
-            for i, attempt in zip(picks, self._run_round(requests), strict=True):
-                seen[i].append(self.verdict(attempt))
-
+        run = self._runs_of(level, pairs, seen)
         self._until_settled(len(pairs), lambda i: verdict(i) is not None, run, lambda i: True)
         out = []
         for i in range(len(pairs)):
@@ -1068,6 +1064,18 @@ class Session:
             assert v is not None
             out.append(v)
         return out
+
+    def _runs_of(
+        self, level: Level, pairs: Sequence[tuple[str, str | None]], seen: list[list[Verdict]]
+    ) -> Callable[[Sequence[int]], None]:
+        """Runs a round of the picked pairs, adding each verdict to its pair's list."""
+
+        def run(picks: Sequence[int]) -> None:
+            requests = [Request(level, *pairs[i]) for i in picks]
+            for i, attempt in zip(picks, self._run_round(requests), strict=True):
+                seen[i].append(self.verdict(attempt))
+
+        return run
 
     def _until_settled(
         self,
@@ -1168,8 +1176,27 @@ class Session:
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
         seen = [self._recorded("split", *half) for half in halves]
-        pointer, code = self._judge_pairs("split", halves, seen, first)
         good, bad = Verdict.GOOD, Verdict.BAD
+        if self.repeat is None:
+            # The halves only choose the route. When the code half's first run passes, the joint
+            # chain walks through it and checks it with everything else, and the pointer half
+            # only names the carrier: one run of each is enough. Otherwise the pointer half
+            # decides the route, and both are judged to the confidence.
+            once = [list(v[:1]) for v in seen]
+            self._until_settled(
+                len(halves),
+                lambda i: bool(once[i]),
+                self._runs_of("split", halves, once),
+                lambda i: True,
+            )
+            for i, verdicts in enumerate(once):
+                if not seen[i]:
+                    seen[i].extend(verdicts)
+            if once[1] == [good]:
+                pointer = once[0][0]
+                carrier = "interaction" if pointer is good else "pointer"
+                return Split(pointer, good, carrier, anchor=culprit)
+        pointer, code = self._judge_pairs("split", halves, seen, first)
         if code is good:
             # (culprit, old) passes, so the simpler range can be bisected with pypto at the culprit.
             carrier = "interaction" if pointer is good else "pointer"
