@@ -676,3 +676,25 @@ def test_a_session_interrupted_anywhere_and_resumed_takes_the_same_steps_to_the_
 @pytest.fixture(scope="module")
 def resumable_sample(sample_factory):
     return sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+
+
+def test_a_lie_that_sends_the_search_into_a_bump_is_undone_by_the_joint_chain(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), pypto_regression_at=6))
+    bump = sample.pypto_shas[4]
+
+    class LiesOnceAtTheBump(SpecTester):
+        """The pointer move's first run fails though the commit is good; every other run is
+        right."""
+
+        def truth(self, pypto, simpler):
+            lied = any(p == bump for _, p, _ in self.tested)
+            if pypto == bump and not lied:
+                return Verdict.BAD
+            return super().truth(pypto, simpler)
+
+    outcome, tester = bisect(sample, tester=LiesOnceAtTheBump(sample))
+
+    assert any(p == bump and level == "pypto" for level, p, _ in tester.tested)
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    assert outcome.source == "pypto" and outcome.simpler is None
+    assert outcome.exit_code == 0 and outcome.pypto.probability >= 0.95
