@@ -740,18 +740,10 @@ class Session:
                 outcome.notes.append(
                     f"simpler is bisected with pypto at the culprit's parent {parent[:12]}"
                 )
-        try:
-            direction, states = self.simpler_states(change.old, change.new)
-        except BisectError as exc:
-            # The pypto culprit stands; only the descent is impossible (objects missing locally).
-            outcome.source = "inconclusive"
-            outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+        found = self._simpler_range(outcome, change)
+        if found is None:
             return outcome
-        outcome.direction = direction
-        if direction == "diverged" and self.merge_base is not None:
-            base = self.merge_base(change.old, change.new)
-            if base in states:
-                outcome.merge_base_index = states.index(base)
+        states = found
         second = LevelResult(
             "simpler",
             states,
@@ -766,7 +758,9 @@ class Session:
             outcome.notes.append("the old and new simpler pointers have no commits between them")
             return outcome
         self.events.level_started(
-            "simpler", len(states) - 1, f"simpler states {direction} with pypto at {anchor[:12]}"
+            "simpler",
+            len(states) - 1,
+            f"simpler states {outcome.direction} with pypto at {anchor[:12]}",
         )
         simpler_pair = lambda state: (anchor, state)  # noqa: E731
         self._load(second, simpler_pair)
@@ -821,17 +815,10 @@ class Session:
                 )
         states: list[str] = []
         if anchor is not None:
-            try:
-                direction, states = self.simpler_states(change.old, change.new)
-            except BisectError as exc:
-                outcome.source = "inconclusive"
-                outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+            found = self._simpler_range(outcome, change)
+            if found is None:
                 return outcome
-            outcome.direction = direction
-            if direction == "diverged" and self.merge_base is not None:
-                base = self.merge_base(change.old, change.new)
-                if base in states:
-                    outcome.merge_base_index = states.index(base)
+            states = found
         links: list[list[tuple[str, str | None]]] = [
             [(commit, self.gitlink(commit))] for commit in first.candidates[:c]
         ]
@@ -999,6 +986,24 @@ class Session:
             else:
                 outcome.source = "inconclusive"
         return outcome
+
+    def _simpler_range(self, outcome: Outcome, change: Change) -> list[str] | None:
+        """The simpler states between the bump's pointers (direction and merge base noted on
+        the outcome); None, with the reason noted, when they cannot be read."""
+        assert change.old is not None and change.new is not None
+        try:
+            direction, states = self.simpler_states(change.old, change.new)
+        except BisectError as exc:
+            # The pypto culprit stands; only the descent is impossible (objects missing locally).
+            outcome.source = "inconclusive"
+            outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+            return None
+        outcome.direction = direction
+        if direction == "diverged" and self.merge_base is not None:
+            base = self.merge_base(change.old, change.new)
+            if base in states:
+                outcome.merge_base_index = states.index(base)
+        return states
 
     def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
         """Re-run the known-good endpoint and the last good commit: bad now = the environment
