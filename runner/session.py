@@ -611,7 +611,9 @@ class Session:
         states: list[tuple[Mapping[int, Sequence[Verdict]], tuple[int, ...]]] = [
             (result.observations, tuple(picks))
         ]
-        for _depth in range(2):
+        # Two rounds ahead with one device (two, then four pairs); one with several, whose
+        # (k + 1) outcomes already name k (k + 1) pairs.
+        for _depth in range(2 if len(picks) == 1 else 1):
             following = []
             for observations, tested in states:
                 for outcome in _outcomes(tested):
