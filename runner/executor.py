@@ -174,12 +174,12 @@ class DeviceFault(InfrastructureError):
 class _DevicePool:
     """Free slots; a retired slot never comes back, and the last live one is never retired."""
 
-    def __init__(self, slots: Sequence[Slot], echo: Echo | None) -> None:
+    def __init__(self, slots: Sequence[Slot], warn: Echo | None) -> None:
         self._all = list(slots)
         self._free = list(slots)
         self._retired: dict[Slot, str] = {}
         self._cond = threading.Condition()
-        self._echo = echo
+        self._warn = warn
         self._closed = False
 
     @property
@@ -212,8 +212,8 @@ class _DevicePool:
             with contextlib.suppress(ValueError):
                 self._free.remove(slot)
             self._cond.notify_all()
-        if self._echo:
-            self._echo(f"device {slot.device} taken out of the pool: {reason}")
+        if self._warn:
+            self._warn(f"device {slot.device} taken out of the pool: {reason}")
 
     def close(self) -> None:
         with self._cond:
@@ -245,14 +245,17 @@ class LocalExecutor(Executor):
         *,
         build_jobs: int | None = None,
         echo: Echo | None = None,
+        warn: Echo | None = None,
     ) -> None:
+        """`echo` streams build and run logs (--verbose); `warn` says what the user must know
+        (a card leaving the pool), verbose or not."""
         if not slots:
             raise ValueError("an executor needs at least one device slot")
         self.client = client
         self.cache = cache
         self.echo = echo
         self._jobs = build_jobs or default_build_jobs()
-        self._pool = _DevicePool(slots, echo)
+        self._pool = _DevicePool(slots, warn or echo)
         self._lock = threading.Lock()
         self._queue: list[_Queued] = []
         self._by_key: dict[str, _Queued] = {}
@@ -441,6 +444,7 @@ def run_on_node(
         log_path=job.run.artifacts_dir / "image.log",
         echo=None if job.speculative else echo,
         pip_wheel=job.pip_wheel,
+        speculative=job.speculative,
     )
     image_s = time.monotonic() - started
     if job.speculative:

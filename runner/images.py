@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -231,8 +231,11 @@ def ensure_test_image(
     log_path: Path,
     echo: Echo | None = None,
     pip_wheel: Path | None = None,
+    speculative: bool = False,
 ) -> TestImage:
     """The test image for this pypto/simpler pair: reused when one with equal labels exists.
+
+    A `speculative` image (layered ahead of need) waits while a test waits for its own.
 
     `pip_wheel` installs the wheels when the base image has no pip (the image keeps none).
 
@@ -257,7 +260,7 @@ def ensure_test_image(
     # One image build at a time in this process: Docker 20.10's legacy builder loses shared
     # layers when two builds of one base run at once, and a prefetch may be layering this
     # very image already (then it is reused below).
-    with _BUILDS:
+    with _BUILDS.turn(speculative):
         existing = find_test_image(client, labels)
         if existing is not None:
             _ensure_tag(client, existing, tag)
@@ -312,7 +315,31 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
         raise InfrastructureError(f"cannot tag image {image_id[:19]} as {tag}: {exc}") from exc
 
 
-_BUILDS = threading.Lock()
+class _Turns:
+    """One image build at a time in this process, builds a test waits for before speculative ones."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._needed_waiting = 0
+
+    @contextlib.contextmanager
+    def turn(self, speculative: bool) -> Iterator[None]:
+        with self._cond:
+            self._needed_waiting += not speculative
+            while self._busy or (speculative and self._needed_waiting):
+                self._cond.wait()
+            self._needed_waiting -= not speculative
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
+_BUILDS = _Turns()
 _RUN_FAILED = "returned a non-zero code"  # the legacy builder's message for a failing RUN
 
 

@@ -132,11 +132,12 @@ def docker_tester(
     *,
     phase: Callable[[str], None] | None = None,
     echo: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> DockerTester:
     settings = prepared.settings
     cache = WheelCache(prepared.cache_root / "wheels")
     return DockerTester(
-        make_executor(prepared, cache, echo),
+        make_executor(prepared, cache, echo, warn),
         ledger,
         prepared.exporter,
         cache,
@@ -163,7 +164,10 @@ def docker_tester(
 
 
 def make_executor(
-    prepared: Prepared, cache: WheelCache, echo: Callable[[str], None] | None
+    prepared: Prepared,
+    cache: WheelCache,
+    echo: Callable[[str], None] | None,
+    warn: Callable[[str], None] | None = None,
 ) -> Executor:
     """The executor `--executor` names; Ray is imported only when asked for."""
     settings = prepared.settings
@@ -177,7 +181,12 @@ def make_executor(
 
         return RayExecutor.connect(prepared, cache, echo=echo)
     return LocalExecutor(
-        prepared.client, cache, prepared.slots, build_jobs=settings.build_jobs, echo=echo
+        prepared.client,
+        cache,
+        prepared.slots,
+        build_jobs=settings.build_jobs,
+        echo=echo,
+        warn=warn,
     )
 
 
@@ -333,7 +342,8 @@ def run_bisect(
         _save_settings(workdir, settings)
         snapshot(prepared.lib, prepared.lib_digest, workdir)
         ledger.start_invocation(started)
-        tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo)
+        warn = (lambda text: events.note(f"warning: {text}")) if events is not None else None
+        tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo, warn=warn)
         session = _session(
             prepared.history,
             prepared.exporter,
