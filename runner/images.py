@@ -316,7 +316,7 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
 
 
 class _Turns:
-    """One image build at a time in this process, builds a test waits for before speculative ones."""
+    """One image build at a time in this process; those a test waits for go before guesses."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
