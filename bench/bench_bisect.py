@@ -1,0 +1,447 @@
+"""`make bench`: the manual bisect workflow next to this tool, on one generated history.
+
+The history is shaped like real pypto: 210 first-parent commits with a simpler bump every 15,
+each spanning 30 simpler commits, the regression inside one bump, both packages C/C++ built by
+scikit-build-core and CMake. The example waits for the "card" about as long as an incremental
+build takes (a sleep, so the CPUs stay free, as on an NPU host). In one go and on the same base
+image it runs:
+
+(a) the manual workflow (`bench/manual/`): one container, ccache on, `git bisect run` on pypto
+    with `git submodule update --init runtime` and `pip install --no-build-isolation -e` of both
+    packages at every step, then a second `git bisect run` in simpler with pypto pinned;
+(b) the tool with one device; (c) the tool with two devices, both on the simulator platform;
+
+and prints tests, rounds, builds per package, ccache hit rate, wheel-cache hits, wall time and
+the ratios to (a). It exits 1 when the three do not name the same culprits (or miss the known
+one), and prints figures only: no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import docker
+
+from runner.sample.demo import checkout_wheelhouse
+from runner.sample.histories import Sample, SampleSpec, make_sample, spread_bumps
+from runner.sample.packages import EXAMPLE_PATH
+
+ROOT = Path(__file__).resolve().parents[1]
+MANUAL = Path(__file__).resolve().parent / "manual"
+LABEL = "bisect-precision-docker"
+PLATFORM = "a2a3sim"
+
+BUMP_EVERY, BUMP_SPAN, BUMPS = 15, 30, 14
+REGRESSED_BUMP = 8  # the ninth bump (pypto index 135) carries the regression
+
+
+def bench_spec(example_seconds: float) -> SampleSpec:
+    bumps = spread_bumps(first_at=BUMP_EVERY, every=BUMP_EVERY, count=BUMPS, span=BUMP_SPAN)
+    old = bumps[REGRESSED_BUMP - 1][1]
+    return SampleSpec(
+        pypto_commits=BUMPS * BUMP_EVERY,
+        simpler_commits=BUMPS * BUMP_SPAN,
+        runtime_added_at=3,
+        runtime_initial=0,
+        bumps=bumps,
+        simpler_regression_at=old + 17,
+        native=True,
+        pypto_new_era_at=0,
+        simpler_new_era_at=0,
+        example_seconds=example_seconds,
+    )
+
+
+@dataclass
+class Figures:
+    name: str
+    tests: int = 0
+    rounds: int = 0
+    builds: dict[str, int] = field(default_factory=lambda: {"pypto": 0, "simpler": 0})
+    ccache_hits: int = 0
+    ccache_misses: int = 0
+    cache_hits: int | None = None
+    wall_s: float = 0.0
+    build_s: float = 0.0  # the wheel builds (for the tool: its build containers, start to end)
+    image_s: float = 0.0  # the tool layering test images from wheels
+    run_s: float = 0.0
+    culprits: tuple[str | None, str | None] = (None, None)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> str:
+        total = self.ccache_hits + self.ccache_misses
+        return f"{self.ccache_hits / total:.0%} ({self.ccache_hits}/{total})" if total else "-"
+
+    @property
+    def overhead_per_test(self) -> float:
+        """Wall time that is neither a wheel build nor the example, per test."""
+        return (self.wall_s - self.build_s - self.run_s) / max(self.tests, 1)
+
+
+# --- (a) the manual workflow ------------------------------------------------------------------
+
+
+def _archive(sample: Sample) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(sample.pypto, arcname="ws/pypto")
+        tar.add(sample.lib, arcname="ws/pypto-lib")
+        for script in sorted(MANUAL.glob("*.sh")):
+            tar.add(script, arcname=f"bench/manual/{script.name}")
+    return buffer.getvalue()
+
+
+def run_manual(
+    client: docker.DockerClient, sample: Sample, base_image: str, wheelhouse: Path, log: Path
+) -> Figures:
+    """One container, no network, the checkout copied in; it finds the culprits by itself."""
+    good, bad = sample.pypto_shas[0], sample.pypto_shas[-1]
+    container = client.containers.create(
+        base_image,
+        command=["sh", "/bench/manual/bisect.sh"],
+        environment={
+            "GOOD": good,
+            "BAD": bad,
+            "SCRIPT": EXAMPLE_PATH,
+            "PLATFORM": PLATFORM,
+            "DEVICE": "0",
+        },
+        network_mode="none",
+        labels={LABEL: "1", f"{LABEL}.kind": "bench-manual"},
+        volumes={str(wheelhouse): {"bind": "/wheelhouse", "mode": "ro"}},
+        working_dir="/ws",
+    )
+    try:
+        started = time.perf_counter()
+        container.put_archive("/", _archive(sample))
+        container.start()
+        status = container.wait(timeout=7200)
+        wall = time.perf_counter() - started
+        output = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    log.write_text(output)
+    if status.get("StatusCode") != 0:
+        tail = "\n".join(output.splitlines()[-30:])
+        raise SystemExit(f"the manual workflow failed (exit {status.get('StatusCode')}):\n{tail}")
+    return parse_manual(output, wall)
+
+
+def parse_manual(output: str, wall: float) -> Figures:
+    figures = Figures("(a) manual: git bisect run + pip -e", wall_s=wall)
+    culprits: dict[str, str] = {}
+    starts: dict[str, float] = {}
+    for line in output.splitlines():
+        if not line.startswith("BENCH "):
+            continue
+        word = line.split()
+        kind, stamp = word[1], word[-1]
+        if kind == "build-start":
+            starts["build"] = float(stamp)
+            figures.builds[word[2]] += 1
+        elif kind in ("build-end", "build-failed"):
+            figures.build_s += float(stamp) - starts.pop("build")
+        elif kind == "run-start":
+            starts["run"] = float(stamp)
+            figures.tests += 1
+        elif kind == "run-end":
+            figures.run_s += float(stamp) - starts.pop("run")
+        elif kind == "culprit":
+            culprits[word[2]] = word[3]
+        elif kind == "ccache":
+            count = int(word[3])
+            if word[2] == "cache_miss":
+                figures.ccache_misses += count
+            else:
+                figures.ccache_hits += count
+    figures.rounds = figures.tests
+    figures.culprits = (culprits.get("pypto"), culprits.get("simpler"))
+    return figures
+
+
+# --- (b), (c) the tool -----------------------------------------------------------------------
+
+
+def tool_command(
+    sample: Sample, base_image: str, wheelhouse: Path, workdir: Path, cache: Path, devices: str
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--pypto",
+        str(sample.pypto),
+        "--lib",
+        str(sample.lib),
+        "--script",
+        EXAMPLE_PATH,
+        "--good",
+        sample.pypto_shas[0],
+        "--bad",
+        sample.pypto_shas[-1],
+        "--platform",
+        PLATFORM,
+        "--device",
+        devices,
+        "--base-image",
+        base_image,
+        "--wheelhouse",
+        str(wheelhouse),
+        "--workdir",
+        str(workdir),
+        "--cache-dir",
+        str(cache),
+        "--timeout",
+        "600",
+    ]
+
+
+def run_tool(name: str, command: list[str], workdir: Path, cache: Path, log: Path) -> Figures:
+    started = time.perf_counter()
+    with log.open("w") as out:
+        completed = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - started
+    if completed.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise SystemExit(f"{name} exited {completed.returncode}:\n{tail}")
+    return parse_tool(name, workdir, cache, wall)
+
+
+def _wheel_seconds(cache: Path) -> dict[str, float]:
+    """How long each cached wheel's build container ran, by the wheel's sha256."""
+    seconds = {}
+    for entry in (cache / "wheels").glob("*/*/entry.json"):
+        data = json.loads(entry.read_text())
+        if data.get("sha256"):
+            seconds[data["sha256"]] = float(data["seconds"])
+    return seconds
+
+
+def parse_tool(name: str, workdir: Path, cache: Path, wall: float) -> Figures:
+    ledger = json.loads((workdir / "ledger.json").read_text())
+    report = json.loads((workdir / "report.json").read_text())
+    attempts = ledger["attempts"]
+    stats = report["stats"]
+    rounds = {(a["level"], a["round"]) for a in attempts if a.get("round") is not None}
+    simpler = report.get("simpler") or {}
+    wheel_s = _wheel_seconds(cache)
+    compile_s = sum(wheel_s.get(digest, 0.0) for a in attempts for digest in _built(a))
+    figures = Figures(
+        name,
+        tests=len(attempts),
+        rounds=len(rounds) if rounds else len(attempts),
+        builds={k: int(v) for k, v in stats["builds"].items()},
+        ccache_hits=stats["ccache"]["hits"],
+        ccache_misses=stats["ccache"]["misses"],
+        cache_hits=stats["cache_hits"],
+        wall_s=wall,
+        build_s=compile_s,
+        image_s=sum(a["build_s"] for a in attempts) - compile_s,
+        run_s=sum(a["run_s"] for a in attempts),
+        culprits=(report["pypto"]["first_bad"], simpler.get("culprit")),
+    )
+    if not rounds:
+        figures.notes.append("no `round` in the ledger: rounds counted as tests")
+    tested = {a["simpler_sha"] for a in attempts if a.get("simpler_sha")}
+    if figures.builds.get("simpler", 0) != len(tested):
+        figures.notes.append(
+            f"simpler built {figures.builds.get('simpler', 0)} times for {len(tested)} "
+            "distinct SHAs"
+        )
+    spans = [_span(a) for a in attempts]
+    between = wall - sum(spans)
+    inside = sorted(
+        span - a["run_s"] - sum(wheel_s.get(d, 0.0) for d in _built(a))
+        for span, a in zip(spans, attempts, strict=True)
+    )
+    if inside:
+        figures.notes.append(
+            "tool's own time per test (attempt time - wheel builds - example; test image "
+            f"included): median {inside[len(inside) // 2]:.2f} s, max {inside[-1]:.2f} s; "
+            f"test images {figures.image_s:.0f} s in all; outside attempts (start-up, "
+            f"planning, report) {between:.0f} s"
+        )
+    return figures
+
+
+def _built(attempt: dict) -> list[str]:
+    return [
+        attempt["wheel_digests"].get(package, "")
+        for package, state in attempt["builds"].items()
+        if state == "built"
+    ]
+
+
+def _span(attempt: dict) -> float:
+    span = datetime.fromisoformat(attempt["finished_at"]) - datetime.fromisoformat(
+        attempt["started_at"]
+    )
+    return span.total_seconds()
+
+
+def resume_check(command: list[str], workdir: Path, log: Path) -> str:
+    """Run the finished session again: it must build nothing and test nothing new."""
+    before = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    started = time.perf_counter()
+    with log.open("w") as out:
+        completed = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - started
+    after = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    new = after[len(before) :]
+    built = sum(1 for a in new for state in a["builds"].values() if state in ("built", "failed"))
+    return (
+        f"resumed run: exit {completed.returncode}, {wall:.1f} s, {len(new)} new tests, "
+        f"{built} builds"
+    )
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+
+def table(results: list[Figures], baseline: Figures | None) -> str:
+    def ratio(f: Figures) -> str:
+        if baseline is None or f is baseline:
+            return "-"
+        return f"{f.wall_s / baseline.wall_s:.2f}"
+
+    rows = [
+        ("tests", lambda f: str(f.tests)),
+        ("rounds", lambda f: str(f.rounds)),
+        ("pypto builds", lambda f: str(f.builds.get("pypto", 0))),
+        ("simpler builds", lambda f: str(f.builds.get("simpler", 0))),
+        ("ccache hit rate", lambda f: f.hit_rate),
+        ("wheel-cache hits", lambda f: "-" if f.cache_hits is None else str(f.cache_hits)),
+        ("wheel builds, s", lambda f: f"{f.build_s:.0f}"),
+        ("test images, s", lambda f: f"{f.image_s:.0f}" if f.image_s else "-"),
+        ("example runs, s", lambda f: f"{f.run_s:.0f}"),
+        ("the rest per test, s", lambda f: f"{f.overhead_per_test:.1f}"),
+        ("wall time, s", lambda f: f"{f.wall_s:.0f}"),
+        ("wall / (a)", ratio),
+        ("pypto culprit", lambda f: (f.culprits[0] or "-")[:12]),
+        ("simpler culprit", lambda f: (f.culprits[1] or "-")[:12]),
+    ]
+    lines = ["| | " + " | ".join(f.name for f in results) + " |"]
+    lines.append("|---" * (len(results) + 1) + "|")
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(f) for f in results) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {platform.platform()}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-image", default="bisect-precision-test-base:bookworm")
+    parser.add_argument("--wheelhouse", type=Path, default=checkout_wheelhouse())
+    parser.add_argument(
+        "--example-seconds",
+        type=float,
+        default=4.0,
+        help="how long the example waits for the card (≈ an incremental sample pypto build)",
+    )
+    parser.add_argument(
+        "--only", default="a,b,c", help="which of a (manual), b (1 device), c (2 devices)"
+    )
+    parser.add_argument("--keep", type=Path, help="keep everything in this directory")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    wheelhouse = args.wheelhouse.resolve()
+    if not wheelhouse.is_dir():
+        print(f"no wheelhouse at {wheelhouse}: run `make wheelhouse` first", file=sys.stderr)
+        return 2
+    client = docker.from_env()
+    base_id = client.images.get(args.base_image).id
+    print(f"machine: {machine()}")
+    print(f"base image: {args.base_image} ({base_id[:19]})")
+
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        scratch = None
+        root = args.keep.resolve()
+    else:
+        scratch = tempfile.TemporaryDirectory(dir="/var/tmp", prefix="bench-bisect-")
+        root = Path(scratch.name)
+    try:
+        spec = bench_spec(args.example_seconds)
+        started = time.perf_counter()
+        sample = make_sample(root / "repos", spec)
+        expected = sample.expected_first_bad()
+        assert expected is not None and expected.simpler_sha is not None
+        print(
+            f"history: {spec.pypto_commits + 1} pypto commits, {len(spec.bumps)} simpler bumps "
+            f"every {BUMP_EVERY} spanning {BUMP_SPAN} simpler commits each, made in "
+            f"{time.perf_counter() - started:.1f} s; the regression is simpler "
+            f"{expected.simpler_sha[:12]} inside the bump at pypto {expected.pypto_sha[:12]}; "
+            f"the example waits {args.example_seconds:g} s",
+            flush=True,
+        )
+        results: list[Figures] = []
+        baseline = None
+        if "a" in only:
+            print("(a) the manual workflow ...", flush=True)
+            baseline = run_manual(client, sample, args.base_image, wheelhouse, root / "a.log")
+            results.append(baseline)
+            print(f"    {baseline.wall_s:.0f} s", flush=True)
+        for key, name, devices in (
+            ("b", "(b) tool, 1 device", "0"),
+            ("c", "(c) tool, 2 devices", "0,1"),
+        ):
+            if key not in only:
+                continue
+            print(f"{name} ...", flush=True)
+            workdir, cache = root / f"{key}-workdir", root / f"{key}-cache"
+            command = tool_command(sample, args.base_image, wheelhouse, workdir, cache, devices)
+            figures = run_tool(name, command, workdir, cache, root / f"{key}.log")
+            if key == "b":
+                figures.notes.append(resume_check(command, workdir, root / f"{key}-resume.log"))
+            results.append(figures)
+            print(f"    {figures.wall_s:.0f} s", flush=True)
+
+        print()
+        print(table(results, baseline))
+        print()
+        for figures in results:
+            for note in figures.notes:
+                print(f"{figures.name}: {note}")
+        wanted = (expected.pypto_sha, expected.simpler_sha)
+        wrong = [f.name for f in results if f.culprits != wanted]
+        if wrong:
+            print(
+                f"culprits differ from pypto {wanted[0][:12]} / simpler {wanted[1][:12]}: "
+                + ", ".join(wrong),
+                file=sys.stderr,
+            )
+            return 1
+        print(f"all name pypto {wanted[0][:12]} and simpler {wanted[1][:12]}")
+        return 0
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
