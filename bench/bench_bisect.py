@@ -64,19 +64,23 @@ def bench_spec(example_seconds: float) -> SampleSpec:
     )
 
 
+Interval = tuple[float, float]  # (start, end), seconds since the epoch
+
+
 @dataclass
 class Figures:
     name: str
     tests: int = 0
     rounds: int = 0
     builds: dict[str, int] = field(default_factory=lambda: {"pypto": 0, "simpler": 0})
+    untested_builds: int = 0  # wheels built ahead that no test used
     ccache_hits: int = 0
     ccache_misses: int = 0
     cache_hits: int | None = None
     wall_s: float = 0.0
-    build_s: float = 0.0  # the wheel builds (for the tool: its build containers, start to end)
-    image_s: float = 0.0  # the tool layering test images from wheels
-    run_s: float = 0.0
+    builds_at: list[Interval] = field(default_factory=list)
+    runs_at: list[Interval] = field(default_factory=list)
+    incremental_pypto_s: list[float] = field(default_factory=list)
     culprits: tuple[str | None, str | None] = (None, None)
     notes: list[str] = field(default_factory=list)
 
@@ -86,9 +90,32 @@ class Figures:
         return f"{self.ccache_hits / total:.0%} ({self.ccache_hits}/{total})" if total else "-"
 
     @property
-    def overhead_per_test(self) -> float:
-        """Wall time that is neither a wheel build nor the example, per test."""
-        return (self.wall_s - self.build_s - self.run_s) / max(self.tests, 1)
+    def build_s(self) -> float:
+        return sum(end - start for start, end in self.builds_at)
+
+    @property
+    def run_s(self) -> float:
+        return sum(end - start for start, end in self.runs_at)
+
+    @property
+    def idle_s(self) -> float:
+        """Wall time with no wheel build and no example running: the workflow's own overhead
+        (planning, exports, test images, container starts, git, start-up)."""
+        return max(0.0, self.wall_s - _covered(self.builds_at + self.runs_at))
+
+
+def _covered(intervals: list[Interval]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _median(values: list[float]) -> float | None:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else None
 
 
 # --- (a) the manual workflow ------------------------------------------------------------------
@@ -143,30 +170,36 @@ def run_manual(
 def parse_manual(output: str, wall: float) -> Figures:
     figures = Figures("(a) manual: git bisect run + pip -e", wall_s=wall)
     culprits: dict[str, str] = {}
-    starts: dict[str, float] = {}
+    build: tuple[str, float] | None = None
+    run_start = 0.0
     for line in output.splitlines():
         if not line.startswith("BENCH "):
             continue
         word = line.split()
-        kind, stamp = word[1], word[-1]
+        kind = word[1]
+        timed = kind.startswith(("build-", "run-", "phase"))
+        stamp = float(word[-1]) if timed else 0.0
         if kind == "build-start":
-            starts["build"] = float(stamp)
+            build = (word[2], stamp)
             figures.builds[word[2]] += 1
-        elif kind in ("build-end", "build-failed"):
-            figures.build_s += float(stamp) - starts.pop("build")
+        elif kind in ("build-end", "build-failed") and build is not None:
+            figures.builds_at.append((build[1], stamp))
+            if build[0] == "pypto" and kind == "build-end":
+                figures.incremental_pypto_s.append(stamp - build[1])
+            build = None
         elif kind == "run-start":
-            starts["run"] = float(stamp)
+            run_start = stamp
             figures.tests += 1
         elif kind == "run-end":
-            figures.run_s += float(stamp) - starts.pop("run")
+            figures.runs_at.append((run_start, stamp))
         elif kind == "culprit":
             culprits[word[2]] = word[3]
         elif kind == "ccache":
-            count = int(word[3])
             if word[2] == "cache_miss":
-                figures.ccache_misses += count
+                figures.ccache_misses += int(word[3])
             else:
-                figures.ccache_hits += count
+                figures.ccache_hits += int(word[3])
+    figures.incremental_pypto_s = figures.incremental_pypto_s[1:]  # the first one is cold
     figures.rounds = figures.tests
     figures.culprits = (culprits.get("pypto"), culprits.get("simpler"))
     return figures
@@ -221,91 +254,65 @@ def run_tool(name: str, command: list[str], workdir: Path, cache: Path, log: Pat
     return parse_tool(name, workdir, cache, wall)
 
 
-def _wheel_seconds(cache: Path) -> dict[str, float]:
-    """How long each cached wheel's build container ran, by the wheel's sha256."""
-    seconds = {}
-    for entry in (cache / "wheels").glob("*/*/entry.json"):
-        data = json.loads(entry.read_text())
-        if data.get("sha256"):
-            seconds[data["sha256"]] = float(data["seconds"])
-    return seconds
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def parse_tool(name: str, workdir: Path, cache: Path, wall: float) -> Figures:
+    """Tests and rounds from the ledger; builds from the session's (fresh) wheel cache, which
+    holds every wheel built, ahead of need included, with its build container's duration."""
     ledger = json.loads((workdir / "ledger.json").read_text())
     report = json.loads((workdir / "report.json").read_text())
     attempts = ledger["attempts"]
-    stats = report["stats"]
+    entries = [json.loads(e.read_text()) for e in (cache / "wheels").glob("*/*/entry.json")]
+    used = {d for a in attempts for d in a["wheel_digests"].values()}
     rounds = {(a["level"], a["round"]) for a in attempts if a.get("round") is not None}
     simpler = report.get("simpler") or {}
-    wheel_s = _wheel_seconds(cache)
-    compile_s = sum(wheel_s.get(digest, 0.0) for a in attempts for digest in _built(a))
     figures = Figures(
         name,
         tests=len(attempts),
         rounds=len(rounds) if rounds else len(attempts),
-        builds={k: int(v) for k, v in stats["builds"].items()},
-        ccache_hits=stats["ccache"]["hits"],
-        ccache_misses=stats["ccache"]["misses"],
-        cache_hits=stats["cache_hits"],
+        cache_hits=report["stats"]["cache_hits"],
         wall_s=wall,
-        build_s=compile_s,
-        image_s=sum(a["build_s"] for a in attempts) - compile_s,
-        run_s=sum(a["run_s"] for a in attempts),
         culprits=(report["pypto"]["first_bad"], simpler.get("culprit")),
     )
+    for entry in entries:
+        figures.builds[entry["package"]] = figures.builds.get(entry["package"], 0) + 1
+        figures.untested_builds += entry.get("sha256") not in used
+        end = _stamp(entry["created"])
+        figures.builds_at.append((end - entry["seconds"], end))
+        hits, misses = entry.get("ccache") or (0, 0)
+        figures.ccache_hits += hits
+        figures.ccache_misses += misses
+        if entry["package"] == "pypto" and hits and not misses:
+            figures.incremental_pypto_s.append(entry["seconds"])
+    for attempt in attempts:
+        end = _stamp(attempt["finished_at"])
+        figures.runs_at.append((end - attempt["run_s"], end))
     if not rounds:
         figures.notes.append("no `round` in the ledger: rounds counted as tests")
     tested = {a["simpler_sha"] for a in attempts if a.get("simpler_sha")}
-    if figures.builds.get("simpler", 0) != len(tested):
-        figures.notes.append(
-            f"simpler built {figures.builds.get('simpler', 0)} times for {len(tested)} "
-            "distinct SHAs"
-        )
-    spans = [_span(a) for a in attempts]
-    between = wall - sum(spans)
-    inside = sorted(
-        span - a["run_s"] - sum(wheel_s.get(d, 0.0) for d in _built(a))
-        for span, a in zip(spans, attempts, strict=True)
+    built = {e["commit"] for e in entries if e["package"] == "simpler"}
+    figures.notes.append(
+        f"simpler: {figures.builds.get('simpler', 0)} builds, {len(tested)} distinct SHAs "
+        f"tested, {len(built - tested)} built but never tested"
     )
-    if inside:
-        figures.notes.append(
-            "tool's own time per test (attempt time - wheel builds - example; test image "
-            f"included): median {inside[len(inside) // 2]:.2f} s, max {inside[-1]:.2f} s; "
-            f"test images {figures.image_s:.0f} s in all; outside attempts (start-up, "
-            f"planning, report) {between:.0f} s"
-        )
     return figures
 
 
-def _built(attempt: dict) -> list[str]:
-    return [
-        attempt["wheel_digests"].get(package, "")
-        for package, state in attempt["builds"].items()
-        if state == "built"
-    ]
-
-
-def _span(attempt: dict) -> float:
-    span = datetime.fromisoformat(attempt["finished_at"]) - datetime.fromisoformat(
-        attempt["started_at"]
-    )
-    return span.total_seconds()
-
-
-def resume_check(command: list[str], workdir: Path, log: Path) -> str:
+def resume_check(command: list[str], workdir: Path, cache: Path, log: Path) -> str:
     """Run the finished session again: it must build nothing and test nothing new."""
     before = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    wheels = len(list((cache / "wheels").glob("*/*/entry.json")))
     started = time.perf_counter()
     with log.open("w") as out:
         completed = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - started
     after = json.loads((workdir / "ledger.json").read_text())["attempts"]
-    new = after[len(before) :]
-    built = sum(1 for a in new for state in a["builds"].values() if state in ("built", "failed"))
+    built = len(list((cache / "wheels").glob("*/*/entry.json"))) - wheels
     return (
-        f"resumed run: exit {completed.returncode}, {wall:.1f} s, {len(new)} new tests, "
-        f"{built} builds"
+        f"resumed run: exit {completed.returncode}, {wall:.1f} s, "
+        f"{len(after) - len(before)} new tests, {built} wheels built"
     )
 
 
@@ -325,10 +332,11 @@ def table(results: list[Figures], baseline: Figures | None) -> str:
         ("simpler builds", lambda f: str(f.builds.get("simpler", 0))),
         ("ccache hit rate", lambda f: f.hit_rate),
         ("wheel-cache hits", lambda f: "-" if f.cache_hits is None else str(f.cache_hits)),
-        ("wheel builds, s", lambda f: f"{f.build_s:.0f}"),
-        ("test images, s", lambda f: f"{f.image_s:.0f}" if f.image_s else "-"),
-        ("example runs, s", lambda f: f"{f.run_s:.0f}"),
-        ("the rest per test, s", lambda f: f"{f.overhead_per_test:.1f}"),
+        ("builds never tested", lambda f: str(f.untested_builds)),
+        ("wheel builds, s (summed)", lambda f: f"{f.build_s:.0f}"),
+        ("example runs, s (summed)", lambda f: f"{f.run_s:.0f}"),
+        ("idle: no build, no run, s", lambda f: f"{f.idle_s:.0f}"),
+        ("idle per round, s", lambda f: f"{f.idle_s / max(f.rounds, 1):.1f}"),
         ("wall time, s", lambda f: f"{f.wall_s:.0f}"),
         ("wall / (a)", ratio),
         ("pypto culprit", lambda f: (f.culprits[0] or "-")[:12]),
@@ -367,6 +375,12 @@ def main() -> int:
         "--only", default="a,b,c", help="which of a (manual), b (1 device), c (2 devices)"
     )
     parser.add_argument("--keep", type=Path, help="keep everything in this directory")
+    parser.add_argument(
+        "--tool-arg",
+        action="append",
+        default=[],
+        help="an extra flag for the tool's runs (b) and (c), e.g. --tool-arg=--no-prefetch",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     wheelhouse = args.wheelhouse.resolve()
@@ -415,9 +429,14 @@ def main() -> int:
             print(f"{name} ...", flush=True)
             workdir, cache = root / f"{key}-workdir", root / f"{key}-cache"
             command = tool_command(sample, args.base_image, wheelhouse, workdir, cache, devices)
+            command += args.tool_arg
+            if args.tool_arg:
+                name += " " + " ".join(args.tool_arg)
             figures = run_tool(name, command, workdir, cache, root / f"{key}.log")
             if key == "b":
-                figures.notes.append(resume_check(command, workdir, root / f"{key}-resume.log"))
+                figures.notes.append(
+                    resume_check(command, workdir, cache, root / f"{key}-resume.log")
+                )
             results.append(figures)
             print(f"    {figures.wall_s:.0f} s", flush=True)
 
@@ -427,6 +446,12 @@ def main() -> int:
         for figures in results:
             for note in figures.notes:
                 print(f"{figures.name}: {note}")
+            incremental = _median(figures.incremental_pypto_s)
+            if incremental is not None:
+                print(
+                    f"{figures.name}: incremental pypto build (all ccache hits), median "
+                    f"{incremental:.1f} s of {len(figures.incremental_pypto_s)}"
+                )
         wanted = (expected.pypto_sha, expected.simpler_sha)
         wrong = [f.name for f in results if f.culprits != wanted]
         if wrong:
