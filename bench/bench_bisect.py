@@ -300,6 +300,26 @@ def parse_tool(name: str, workdir: Path, cache: Path, wall: float) -> Figures:
     return figures
 
 
+def remove_test_images(client: docker.DockerClient, cache: Path) -> int:
+    """The test images this session layered (their pypto wheel is in its fresh cache): the
+    engine is shared, so only those, never `cleanup --images`."""
+    digests = set()
+    for entry in (cache / "wheels").glob("*/*/entry.json"):
+        data = json.loads(entry.read_text())
+        if data.get("package") == "pypto" and data.get("sha256"):
+            digests.add(data["sha256"])
+    removed = 0
+    wheel_label = f"{LABEL}.pypto-wheel"
+    for image in client.images.list(filters={"label": wheel_label}):
+        if image.labels.get(wheel_label) in digests:
+            try:
+                client.images.remove(image.id, force=True)
+                removed += 1
+            except docker.errors.APIError:
+                pass  # in use or already gone
+    return removed
+
+
 def resume_check(command: list[str], workdir: Path, cache: Path, log: Path) -> str:
     """Run the finished session again: it must build nothing and test nothing new."""
     before = json.loads((workdir / "ledger.json").read_text())["attempts"]
@@ -438,7 +458,8 @@ def main() -> int:
                     resume_check(command, workdir, cache, root / f"{key}-resume.log")
                 )
             results.append(figures)
-            print(f"    {figures.wall_s:.0f} s", flush=True)
+            removed = remove_test_images(client, cache)
+            print(f"    {figures.wall_s:.0f} s ({removed} test images removed)", flush=True)
 
         print()
         print(table(results, baseline))
