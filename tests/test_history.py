@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,9 @@ from runner.sample.histories import (
     SampleSpec,
     git,
     make_sample,
+    spread_bumps,
 )
+from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
 from runner.sources import SourceExporter
 
 BACKWARD = SampleSpec(bumps=((6, 6), (9, 4)))
@@ -340,6 +343,7 @@ def test_the_same_spec_gives_the_same_shas_anywhere(sample, tmp_path):
         {"pypto_regression_at": 6},
         {"code_with_bump": frozenset({4})},
         {"simpler_regression_at": 11},
+        {"example_seconds": -1.0},
     ],
 )
 def test_an_impossible_sample_spec_is_refused(spec):
@@ -374,3 +378,40 @@ def test_gitlinks_of_a_whole_range_match_one_by_one_lookups(sample_factory):
     assert history.gitlinks(sample.pypto_shas, LIBBACKTRACE_PATH) == {
         sha: history.gitlink(sha, LIBBACKTRACE_PATH) for sha in sample.pypto_shas
     }
+
+
+def test_spread_bumps_move_the_pointer_every_few_commits_by_the_same_span(sample_factory):
+    bumps = spread_bumps(first_at=4, every=3, count=3, span=5, start=1)
+    assert bumps == ((4, 6), (7, 11), (10, 16))
+    spec = SampleSpec(
+        pypto_commits=11,
+        simpler_commits=16,
+        runtime_added_at=2,
+        runtime_initial=1,
+        bumps=bumps,
+        libbacktrace_url_change_at=3,
+    )
+    sample = sample_factory(spec)
+    history = History(sample.pypto)
+    links = [history.gitlink(sha) for sha in sample.pypto_shas]
+    moved = [i for i in range(1, len(links)) if links[i] != links[i - 1]]
+    assert moved == [2, 4, 7, 10]
+    assert [sample.simpler_index(links[i]) for i in moved] == [1, 6, 11, 16]
+
+
+def test_an_example_given_seconds_waits_that_long_and_still_passes(tmp_path):
+    write_lib(tmp_path / "lib")
+    assert "time.sleep" not in (tmp_path / "lib" / EXAMPLE_PATH).read_text()
+    write_lib(tmp_path / "slow", example_seconds=1.5)
+    write_pypto(tmp_path / "pkg", revision=0, uses_simpler=False)
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, str(tmp_path / "slow" / EXAMPLE_PATH), "-p", "a2a3sim"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "pkg")},
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "[RUN] PASS" in completed.stdout
+    assert time.monotonic() - started >= 1.5

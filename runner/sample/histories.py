@@ -133,6 +133,8 @@ class SampleSpec:
     native: bool = False
     pypto_new_era_at: int | None = None
     simpler_new_era_at: int | None = None
+    # Seconds the example waits for the "card" (a sleep, leaving the CPUs free), as an NPU run does.
+    example_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -170,6 +172,19 @@ class SampleSpec:
         )
 
 
+def spread_bumps(
+    *, first_at: int, every: int, count: int, span: int, start: int = 0
+) -> tuple[tuple[int, int], ...]:
+    """Bumps at pypto indices first_at, first_at + every, ..., each moving the pointer `span`
+    simpler commits forward from `start`: real pypto bumps about every 15 commits, spanning ~30.
+
+    Pair it with `simpler_commits=start + count * span` and `runtime_initial=start`.
+    """
+    if every < 1 or span < 1 or count < 1:
+        raise ValueError("every, span and count must be positive")
+    return tuple((first_at + i * every, start + (i + 1) * span) for i in range(count))
+
+
 def _validate(spec: SampleSpec) -> None:
     def pypto_index(value: int, what: str, low: int = 0) -> None:
         if not low <= value <= spec.pypto_commits:
@@ -181,6 +196,8 @@ def _validate(spec: SampleSpec) -> None:
                 f"{what}={value} is outside simpler indices {low}..{spec.simpler_commits}"
             )
 
+    if spec.example_seconds < 0:
+        raise ValueError(f"example_seconds={spec.example_seconds} must not be negative")
     if spec.pypto_commits < 2 or spec.simpler_commits < 1:
         raise ValueError("a sample needs at least 2 pypto commits and 1 simpler commit")
     pypto_index(spec.runtime_added_at, "runtime_added_at", low=1)
@@ -511,7 +528,7 @@ def make_sample(root: Path, spec: SampleSpec | None = None) -> Sample:
 
     lib = root / "pypto-lib"
     git(root, "init", "-q", str(lib))
-    write_lib(lib)
+    write_lib(lib, example_seconds=spec.example_seconds)
     git(lib, "add", "-A")
     git(lib, "commit", "-q", "-m", "feat(models): add the sample decode example")
 

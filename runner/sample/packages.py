@@ -328,11 +328,21 @@ def write_pypto(
     _write(root / "src" / "README", f"native sources of revision {revision}\n")
 
 
-def write_lib(root: Path) -> None:
-    """A pypto-lib-like checkout with one example, run as `python <script> -p <platform> -d <n>`."""
+# Where the example waits for the card when a sample models NPU time (see write_lib).
+_DEVICE_WAIT = "            # device-wait\n"
+
+
+def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
+    """A pypto-lib-like checkout with one example, run as `python <script> -p <platform> -d <n>`.
+
+    `example_seconds`: the run waits that long after code generation, as a real example waits for
+    the NPU: the card is busy, the host's CPUs stay free (for a neighbouring build, say). A sleep,
+    not a busy loop, so a benchmark on a small machine measures what an NPU host would see.
+    """
     _write(root / "README.md", "# sample pypto-lib\n")
     _write(root / "models" / "__init__.py", "")
     _write(root / "models" / "sample" / "__init__.py", "")
+    wait = f"            time.sleep({example_seconds!r})\n" if example_seconds > 0 else ""
     _write(
         root / EXAMPLE_PATH,
         '''
@@ -414,6 +424,7 @@ def write_lib(root: Path) -> None:
             started = time.time()
             check_device(args.platform, args.device)
             emit_generated_code("DecodeFwd")
+            # device-wait
             out = pypto.mean(VALUES)
             diff = abs(out - GOLDEN)
             tol = ATOL + RTOL * abs(GOLDEN)
@@ -438,5 +449,5 @@ def write_lib(root: Path) -> None:
 
         if __name__ == "__main__":
             sys.exit(main())
-        ''',
+        '''.replace(_DEVICE_WAIT, wait),
     )
