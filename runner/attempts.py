@@ -7,27 +7,28 @@ nothing about the bisect, it only answers "what does this (pypto, simpler) pair 
 from __future__ import annotations
 
 import contextlib
-import time
+import threading
 import zipfile
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import docker
-
 from runner.builders import Builder
 from runner.devices import Passthrough
 from runner.errors import InfrastructureError, SourceUnavailable
-from runner.execute import ExampleRun, run_example
-from runner.images import WheelInstallFailed, ensure_test_image
+from runner.execute import ExampleRun
+from runner.executor import BuildJob, DeviceFault, Executor, RunJob
+from runner.images import WheelInstallFailed
 from runner.ledger import Attempt, Ledger, Level, claim_run_dir
 from runner.noop import wheel_content_digest
 from runner.search import Verdict
+from runner.session import Request
 from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.verdict import VerdictPatterns, infrastructure_fault, judge
-from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
+from runner.wheels import BuildSettings, WheelCache, WheelResult
 
 Phase = Callable[[str], None]
 
@@ -56,16 +57,18 @@ class RunSettings:
 
 
 class DockerTester:
-    """Tests (pypto, simpler) pairs in containers and records every attempt in the ledger.
+    """Tests (pypto, simpler) pairs through an executor and records every attempt in the ledger.
 
-    Infrastructure faults (timeouts, OOM kills, a full disk, engine or device errors) are never
-    recorded: the attempt is retried, and after `infra_retries` in a row the run stops (exit 4)
-    so that the next run tries again instead of reusing a verdict that says nothing.
+    A round's tests run at once, one per device slot; this thread alone writes the ledger, as
+    each test finishes. Infrastructure faults (timeouts, OOM kills, a full disk, engine or
+    device errors) are never recorded: the test is retried (a faulty device leaves the pool),
+    and after `infra_retries` in a row the run stops (exit 4) so that the next run tries again
+    instead of reusing a verdict that says nothing.
     """
 
     def __init__(
         self,
-        client: docker.DockerClient,
+        executor: Executor,
         ledger: Ledger,
         exporter: SourceExporter,
         cache: WheelCache,
@@ -80,9 +83,11 @@ class DockerTester:
         infra_retries: int = 3,
         phase: Phase | None = None,
         echo: Callable[[str], None] | None = None,
-        fingerprint: Callable[[str | None], dict[str, str]] | None = None,
+        fingerprint: Callable[[str | None, str], dict[str, str]] | None = None,
+        prefetch: bool = True,
     ) -> None:
-        self.client = client
+        self.executor = executor
+        self.speculate = prefetch
         self.fingerprint = fingerprint
         self.ledger = ledger
         self.exporter = exporter
@@ -97,56 +102,136 @@ class DockerTester:
         self.infra_retries = max(1, infra_retries)
         self.phase = phase or (lambda _name: None)
         self.echo = echo
+        self._git = threading.Lock()  # exports and builder resolution read shared mirrors
+        self._claim = threading.Lock()
+        self._claimed: list[str] = []
+        self._built: set[tuple[str, str]] = {
+            (entry.package, entry.commit) for entry in cache.entries() if entry.ok
+        }
+        self._prefetched: set[tuple[str, str | None]] = set()
+        rounds = [a.round for a in ledger.document.attempts if a.round is not None]
+        self._round = max(rounds, default=0)
+        self._pipelines = ThreadPoolExecutor(max_workers=16, thread_name_prefix="attempt")
+
+    @property
+    def parallel(self) -> int:
+        """Tests one round can run: the device slots still in the pool."""
+        return max(1, len(self.executor.slots))
 
     def preflight(self, commits: Sequence[str], gitlinks: Mapping[str, str | None]) -> None:
         """Resolve and download the build tools of the range before the first bisect step."""
         if self.toolchains is not None:
             self.toolchains.plan(commits, gitlinks)
 
-    def _builder(self, package: str, commit: str, at: str | None) -> Builder | None:
-        return self.toolchains.builder(package, commit, at) if self.toolchains else None
+    def close(self, *, cancel: bool) -> None:
+        self.executor.close(cancel=cancel)
+        self._pipelines.shutdown(wait=not cancel, cancel_futures=True)
 
-    def _wheel(
-        self,
-        package: str,
-        commit: str,
-        prepare: Callable[[Path], object],
-        builder: Builder | None,
-    ) -> WheelResult:
-        self.phase(f"build {package} {commit[:12]}")
-        ccache = self.ccache_dir / package  # one cache per repository, shared by all its builds
-        ccache.mkdir(parents=True, exist_ok=True)
-        return build_wheel(
-            self.client,
-            self.cache,
-            package,
-            commit,
-            prepare,
-            self.build,
-            ccache_dir=ccache,
-            builder=builder,
-            echo=self.echo,
-        )
+    # -- what the session calls ----------------------------------------------------------
 
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
-        failures: list[str] = []
-        while True:
-            try:
-                return self._attempt(level, pypto, simpler)
-            except InfrastructureError as exc:
-                reason = str(exc).splitlines()[0]
-                failures.append(reason)
-                self._note_infrastructure(pypto, simpler, reason)
-                if len(failures) >= self.infra_retries:
-                    raise InfrastructureError(
-                        f"{len(failures)} infrastructure failures in a row, nothing recorded "
-                        f"for {pypto[:12]}: {reason}; fix the cause and run again to resume"
-                    ) from exc
-                if self.echo:
-                    self.echo(
-                        f"infrastructure failure, not a verdict (try {len(failures)} of "
-                        f"{self.infra_retries}): {reason}"
-                    )
+        return self.test_round([Request(level, pypto, simpler)])[0]
+
+    def test_round(
+        self, requests: Sequence[Request], done: Callable[[Attempt], None] | None = None
+    ) -> list[Attempt]:
+        """Run the requests at once; record each attempt as it finishes; return them in order.
+
+        A request that keeps failing at the infrastructure level stops the run (exit 4) once the
+        others of the round are recorded.
+        """
+        self._round += 1
+        number = self._round
+        failures: dict[int, list[str]] = {i: [] for i in range(len(requests))}
+        running: dict[Future[Attempt], int] = {
+            self._pipelines.submit(self._attempt, request, number): i
+            for i, request in enumerate(requests)
+        }
+        results: dict[int, Attempt] = {}
+        fatal: InfrastructureError | None = None
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = running.pop(future)
+                request = requests[index]
+                try:
+                    attempt = future.result()
+                except InfrastructureError as exc:
+                    reason = str(exc).splitlines()[0]
+                    failures[index].append(reason)
+                    self._note_infrastructure(request.pypto, request.simpler, reason)
+                    if isinstance(exc, DeviceFault):
+                        self.executor.retire(exc.slot, reason)
+                    if len(failures[index]) >= self.infra_retries:
+                        fatal = InfrastructureError(
+                            f"{len(failures[index])} infrastructure failures in a row, nothing "
+                            f"recorded for {request.pypto[:12]}: {reason}; fix the cause and run "
+                            "again to resume"
+                        )
+                        fatal.__cause__ = exc
+                        continue
+                    if self.echo:
+                        self.echo(
+                            f"infrastructure failure, not a verdict (try {len(failures[index])} "
+                            f"of {self.infra_retries}): {reason}"
+                        )
+                    running[self._pipelines.submit(self._attempt, request, number)] = index
+                    continue
+                self.ledger.record(attempt)
+                for package, wheel in attempt.builds.items():
+                    commit = attempt.pypto_sha if package == "pypto" else attempt.simpler_sha
+                    if commit and wheel in ("built", "cached"):
+                        self._built.add((package, commit))
+                results[index] = attempt
+                if done is not None:
+                    done(attempt)
+        if fatal is not None:
+            raise fatal
+        return [results[i] for i in range(len(requests))]
+
+    def cached(self, pypto: str, simpler: str | None) -> bool:
+        """Whether both wheels of a pair are in the cache already (for cache-aware pivots)."""
+        return ("pypto", pypto) in self._built and (
+            simpler is None or ("simpler", simpler) in self._built
+        )
+
+    def prefetch(self, pairs: Sequence[tuple[str, str | None]]) -> int:
+        """Build ahead, most likely first, while build slots are free; returns how many started.
+
+        Speculative builds queue behind every needed one, land in the cache like any build, and
+        are dropped or stopped when the session ends; a later test just finds their wheels.
+        """
+        started = 0
+        if not self.speculate:
+            return started
+        for pypto, simpler in pairs:
+            if self.executor.busy_builds() >= self.executor.build_jobs:
+                break
+            if (pypto, simpler) in self._prefetched:
+                continue
+            self._prefetched.add((pypto, simpler))
+            threading.Thread(
+                target=self._prefetch_one, args=(pypto, simpler), name="prefetch", daemon=True
+            ).start()
+            started += 1
+        return started
+
+    def _prefetch_one(self, pypto: str, simpler: str | None) -> None:
+        """Wheels, then the test image: a speculative test minus the run. Failures are quiet
+        here; the real test meets them again and handles them."""
+        with contextlib.suppress(Exception):
+            overrides: dict[str, str | None] = {self.path: simpler} if simpler else {}
+            with self._git:
+                self.exporter.check(pypto, overrides=overrides, skip=self.omit)
+            wheels = self._wheels(pypto, simpler, speculative=True)
+            if all(w.ok for w in wheels.values()) and "pypto" in wheels:
+                self._built.update((name, w.commit) for name, w in wheels.items())
+                scratch = self.workdir / "prefetch"
+                self.executor.run(
+                    self._run_job(pypto, simpler, wheels, scratch, speculative=True)
+                ).result()
+
+    # -- one attempt (a pipeline thread) ---------------------------------------------------
 
     def _note_infrastructure(self, pypto: str, simpler: str | None, reason: str) -> None:
         """Kept beside the ledger, never in it: the user may want to know what went wrong."""
@@ -154,20 +239,26 @@ class DockerTester:
         with contextlib.suppress(OSError), log.open("a") as handle:
             handle.write(f"{_now().isoformat()} {pypto} {simpler or '-'} {reason}\n")
 
-    def _attempt(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
-        run_id, artifacts = claim_run_dir(
-            self.workdir / "runs",
-            f"{pypto[:10]}-{(simpler or 'none')[:10]}",
-            taken=[attempt.run_id for attempt in self.ledger.document.attempts],
-        )
+    def _attempt(self, request: Request, number: int) -> Attempt:
+        pypto, simpler = request.pypto, request.simpler
+        with self._claim:
+            run_id, artifacts = claim_run_dir(
+                self.workdir / "runs",
+                f"{pypto[:10]}-{(simpler or 'none')[:10]}",
+                taken=[
+                    *(attempt.run_id for attempt in self.ledger.document.attempts),
+                    *self._claimed,
+                ],
+            )
+            self._claimed.append(run_id)
         record = Attempt(
             run_id=run_id,
-            level=level,
+            level=request.level,
             pypto_sha=pypto,
             simpler_sha=simpler,
             verdict=Verdict.SKIP,
             artifacts_dir=str(artifacts),
-            device=self.run.device,
+            round=number,
             started_at=_now(),
             finished_at=_now(),
         )
@@ -177,17 +268,119 @@ class DockerTester:
             record.verdict = Verdict.SKIP
             record.reason = str(exc).splitlines()[0]
         if self.fingerprint is not None:
-            record.fingerprint = self.fingerprint(record.image_id)
+            record.fingerprint = self.fingerprint(record.image_id, record.device or "")
         record.finished_at = _now()
-        self.ledger.record(record)
         return record
+
+    def _builder(self, package: str, commit: str, at: str | None) -> Builder | None:
+        if self.toolchains is None:
+            return None
+        with self._git:
+            return self.toolchains.builder(package, commit, at)
+
+    def _wheels(
+        self, pypto: str, simpler: str | None, *, speculative: bool = False
+    ) -> dict[str, WheelResult]:
+        """Both wheels of a pair, built at once (simpler first in the queue)."""
+        jobs: list[BuildJob] = []
+        if simpler is not None:
+            jobs.append(
+                self._job(
+                    "simpler",
+                    simpler,
+                    lambda dest: self.exporter.export_submodule(self.path, simpler, dest, at=pypto),
+                    self._builder("simpler", simpler, pypto),
+                    speculative,
+                )
+            )
+        jobs.append(
+            self._job(
+                "pypto",
+                pypto,
+                lambda dest: self.exporter.export(pypto, dest, skip=self.omit),
+                self._builder("pypto", pypto, None),
+                speculative,
+            )
+        )
+        if not speculative:
+            for job in jobs:
+                self.phase(f"build {job.package} {job.commit[:12]}")
+        futures = {job.package: self.executor.build(job) for job in jobs}
+        return {name: future.result() for name, future in futures.items()}
+
+    def _job(
+        self,
+        package: str,
+        commit: str,
+        export: Callable[[Path], object],
+        builder: Builder | None,
+        speculative: bool,
+    ) -> BuildJob:
+        def prepare(dest: Path) -> object:
+            with self._git:
+                return export(dest)
+
+        ccache = self.ccache_dir / package  # one cache per repository, shared by all its builds
+        ccache.mkdir(parents=True, exist_ok=True)
+        return BuildJob(
+            package=package,
+            commit=commit,
+            prepare=prepare,
+            settings=self.build,
+            builder=builder,
+            ccache_dir=ccache,
+            speculative=speculative,
+        )
+
+    def _run_job(
+        self,
+        pypto: str,
+        simpler: str | None,
+        wheels: Mapping[str, WheelResult],
+        artifacts: Path,
+        *,
+        speculative: bool = False,
+    ) -> RunJob:
+        pypto_wheel = wheels["pypto"].wheel
+        assert pypto_wheel is not None
+        pip_wheel = None
+        if self.toolchains is not None:
+            builder = self._builder("pypto", pypto, None)
+            pip_wheel = builder.pip_wheel if builder else None
+        return RunJob(
+            pypto=pypto,
+            simpler=simpler,
+            pypto_wheel=pypto_wheel,
+            simpler_wheel=wheels["simpler"].wheel if simpler is not None else None,
+            pip_wheel=pip_wheel,
+            base_image=self.build.base_image,
+            base_image_id=self.build.base_image_id,
+            speculative=speculative,
+            run=ExampleRun(
+                image="",
+                lib_dir=self.run.lib_dir,
+                script=self.run.script,
+                platform=self.run.platform,
+                device=self.run.device,
+                artifacts_dir=artifacts,
+                passthrough=self.run.passthrough,
+                extra_args=list(self.run.extra_args),
+                python=self.run.python,
+                environment=dict(self.run.environment),
+                ptoas_root=self.run.ptoas_root,
+                pto_isa_root=self.run.pto_isa_root,
+                cpus=self.run.cpus,
+                timeout=self.run.timeout,
+            ),
+        )
 
     def _build_and_run(self, record: Attempt, artifacts: Path) -> None:
         pypto, simpler = record.pypto_sha, record.simpler_sha
         # Every source this test needs must exist before anything is built for it.
         self.phase("sources")
         overrides: dict[str, str | None] = {self.path: simpler} if simpler is not None else {}
-        self.exporter.check(pypto, overrides=overrides, skip=self.omit)
+        with self._git:
+            self.exporter.check(pypto, overrides=overrides, skip=self.omit)
         builders = {"pypto": self._builder("pypto", pypto, None)}
         if simpler is not None:
             builders["simpler"] = self._builder("simpler", simpler, pypto)
@@ -195,22 +388,11 @@ class DockerTester:
             if builder is not None:
                 record.builders[name] = builder.image_id
                 record.build_tools[name] = list(builder.resolution.pins)
-        wheels: dict[str, WheelResult] = {}
-        if simpler is not None:
-            wheels["simpler"] = self._wheel(
-                "simpler",
-                simpler,
-                lambda dest: self.exporter.export_submodule(self.path, simpler, dest, at=pypto),
-                builders["simpler"],
-            )
-        if simpler is None or wheels["simpler"].ok:
-            wheels["pypto"] = self._wheel(
-                "pypto",
-                pypto,
-                lambda dest: self.exporter.export(pypto, dest, skip=self.omit),
-                builders["pypto"],
-            )
-        for name, wheel in wheels.items():
+        wheels = self._wheels(pypto, simpler)
+        for name in ("simpler", "pypto"):
+            wheel = wheels.get(name)
+            if wheel is None:
+                continue
             record.builds[name] = _build_state(wheel)
             record.build_s += wheel.seconds
             record.export_s += wheel.export_s
@@ -227,44 +409,14 @@ class DockerTester:
                 record.log_path = str(wheel.log_path)
                 return
 
-        self.phase("image")
-        started = time.monotonic()
-        image = ensure_test_image(
-            self.client,
-            base_image=self.build.base_image,
-            base_image_id=self.build.base_image_id,
-            pypto_sha=pypto,
-            pypto_wheel=wheels["pypto"].wheel,
-            simpler_sha=simpler,
-            simpler_wheel=wheels["simpler"].wheel if simpler is not None else None,
-            log_path=artifacts / "image.log",
-            echo=self.echo,
-            pip_wheel=builders["pypto"].pip_wheel if builders["pypto"] else None,
-        )
-        record.build_s += time.monotonic() - started
-        record.image_id = image.image_id
-
         self.phase("run")
-        result = run_example(
-            self.client,
-            ExampleRun(
-                image=image.image_id,
-                lib_dir=self.run.lib_dir,
-                script=self.run.script,
-                platform=self.run.platform,
-                device=self.run.device,
-                artifacts_dir=artifacts,
-                passthrough=self.run.passthrough,
-                extra_args=list(self.run.extra_args),
-                python=self.run.python,
-                environment=dict(self.run.environment),
-                ptoas_root=self.run.ptoas_root,
-                pto_isa_root=self.run.pto_isa_root,
-                cpus=self.run.cpus,
-                timeout=self.run.timeout,
-            ),
-            echo=self.echo,
-        )
+        report = self.executor.run(self._run_job(pypto, simpler, wheels, artifacts)).result()
+        result = report.result
+        assert result is not None and report.slot is not None
+        record.build_s += report.image_s
+        record.image_id = report.image_id
+        record.device = report.slot.device
+        record.node = report.slot.node
         outcome = judge(
             result.exit_code,
             result.output,
@@ -281,9 +433,10 @@ class DockerTester:
                 oom_killed=result.oom_killed,
             )
             if fault is not None:
-                raise InfrastructureError(
-                    f"the example run of {pypto[:12]} {fault}; not a verdict (log: "
-                    f"{result.log_path})"
+                raise DeviceFault(
+                    f"the example run of {pypto[:12]} on device {report.slot.device} {fault}; "
+                    f"not a verdict (log: {result.log_path})",
+                    report.slot,
                 )
         record.verdict = outcome.verdict
         record.reason = outcome.reason

@@ -262,7 +262,38 @@ def run(
         ),
     ] = None,
     device: Annotated[
-        str | None, typer.Option(metavar="N[,N...]", help="NPU card number, or a comma list [0].")
+        str | None,
+        typer.Option(
+            metavar="N[,N...]",
+            help="NPU card number, or a comma list: one test per card per round [0].",
+        ),
+    ] = None,
+    cards_per_test: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="Cards one example run needs (distributed examples) [1]."),
+    ] = None,
+    build_jobs: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="Wheel builds at once [from the cores and memory]."),
+    ] = None,
+    prefetch: Annotated[
+        bool | None,
+        typer.Option(
+            "--prefetch/--no-prefetch",
+            help="Build what the next rounds may test while an example runs [on].",
+        ),
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="local, or ray (a Ray cluster; needs the ray extra) [local].",
+            autocompletion=_choices("local", "ray"),
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(metavar="ADDRESS", help="Ray cluster address for --executor ray [auto]."),
     ] = None,
     base_image: BaseImageOpt = None,
     workdir: WorkdirOpt = None,
@@ -419,6 +450,11 @@ def run(
         "bad": bad,
         "platform": platform,
         "device": device,
+        "cards_per_test": cards_per_test,
+        "build_jobs": build_jobs,
+        "prefetch": prefetch,
+        "executor": executor,
+        "ray_address": ray_address,
         "base_image": base_image,
         "workdir": workdir,
         "cache_dir": cache_dir,

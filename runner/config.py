@@ -74,6 +74,7 @@ FLAG_NAMES = {
     "resolve_by_date": "--resolve-by-date/--no-resolve-by-date",
     "verify": "--verify/--no-verify",
     "drift_check": "--drift-check/--no-drift-check",
+    "prefetch": "--prefetch/--no-prefetch",
 }
 """Flags whose name is not the setting's name with dashes (lists take one item per flag)."""
 
@@ -202,7 +203,30 @@ class Settings(BaseSettings):
     )
     bad: str | None = Field(default=None, description="Known-bad revision [HEAD of `pypto`].")
     platform: str = Field(default="a2a3", description="a2a3, a5 (NPU) or a2a3sim, a5sim.")
-    device: str = Field(default="0", description="NPU card number, or a comma list of them.")
+    device: str = Field(
+        default="0",
+        description="NPU card number, or a comma list of them: each card (or group of "
+        "`cards_per_test` cards) tests one commit per round. Simulator platforms: one lane each.",
+    )
+    cards_per_test: int = Field(
+        default=1, ge=1, description="Cards one example run needs (a distributed example)."
+    )
+    build_jobs: int | None = Field(
+        default=None,
+        ge=1,
+        description="Wheel builds at once, speculative ones included [from the cores and memory].",
+    )
+    prefetch: bool = Field(
+        default=True,
+        description="While an example runs, build what the next rounds may test.",
+    )
+    executor: Literal["local", "ray"] = Field(
+        default="local",
+        description="Where builds and runs happen: this host, or a Ray cluster (the `ray` extra).",
+    )
+    ray_address: str = Field(
+        default="auto", description='The Ray cluster to join with `executor = "ray"`.'
+    )
     base_image: str = Field(
         default=DEFAULT_BASE_IMAGE, description="CANN-based image to build and run in."
     )

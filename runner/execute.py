@@ -48,6 +48,10 @@ _GRACE_SECONDS = 10.0  # how long to wait for the engine to confirm a kill or fl
 _ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
 
 
+class Cancelled(Exception):
+    """A container was stopped because its result is no longer wanted (never a verdict)."""
+
+
 @dataclass(frozen=True)
 class Mount:
     """A bind mount; read-only unless the container must write there."""
@@ -201,8 +205,11 @@ def run_container(
     log_path: Path,
     timeout: float | None = None,
     echo: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> ContainerResult:
     """Run one container to its end (or `timeout` seconds) and remove it, whatever happens.
+
+    Setting `cancel` (from another thread) kills the container and raises `Cancelled`.
 
     Logs go line by line to `log_path` (and `echo`) while the container runs, so a long run can
     be followed with ``tail -f`` and a killed one still leaves its output behind. An exception
@@ -222,7 +229,7 @@ def run_container(
                 f"image {spec.image[:19]} disappeared from the Docker Engine while in use "
                 "(pruned meanwhile?); run again and it is made anew"
             ) from exc
-        return _supervise(container, log_path, timeout, echo)
+        return _supervise(container, log_path, timeout, echo, cancel)
     except _ENGINE_ERRORS as exc:
         failing = True
         raise InfrastructureError(
@@ -383,6 +390,7 @@ def run_example(
     run: ExampleRun,
     *,
     echo: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> ContainerResult:
     """Run the example; its output is in ``artifacts_dir/log.txt``, its code in build_output/."""
     script = run.lib_dir / run.script
@@ -391,7 +399,12 @@ def run_example(
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
     spec = example_container(run)
     result = run_container(
-        client, spec, log_path=run.artifacts_dir / "log.txt", timeout=run.timeout, echo=echo
+        client,
+        spec,
+        log_path=run.artifacts_dir / "log.txt",
+        timeout=run.timeout,
+        echo=echo,
+        cancel=cancel,
     )
     if result.timed_out:
         # The kill skipped the wrapper's chown: hand the files over in a short second container.
@@ -570,6 +583,7 @@ def _supervise(
     log_path: Path,
     timeout: float | None,
     echo: Callable[[str], None] | None,
+    cancel: threading.Event | None = None,
 ) -> ContainerResult:
     wake = threading.Event()
     container.start()
@@ -583,6 +597,10 @@ def _supervise(
     while not waiter.done.is_set():
         if pump.echo_error is not None:
             raise pump.echo_error
+        if cancel is not None and cancel.is_set():
+            _kill(container)
+            waiter.done.wait(_GRACE_SECONDS)
+            raise Cancelled("stopped: the session no longer needs it")
         if deadline is not None and time.monotonic() >= deadline:
             timed_out = _kill(container)
             waiter.done.wait(_GRACE_SECONDS)

@@ -70,17 +70,23 @@ class Change:
 def changes(attempts: Sequence[Attempt]) -> list[Change]:
     """Every change of a fingerprint value between consecutive fingerprinted attempts.
 
-    The test image id is left out: it changes with every tested commit by design.
+    The test image id is left out: it changes with every tested commit by design. Each node is
+    compared with itself (two hosts of a cluster may differ; one host whose driver changed has
+    changed). The device is left out for attempts the round scheduler placed (they carry a
+    round): which card of the pool runs a test is its choice, not a change of environment.
     """
     found: list[Change] = []
-    last: dict[str, tuple[str, str]] = {}  # key -> (value, run id)
+    last: dict[tuple[str, str], tuple[str, str]] = {}  # (node, key) -> (value, run id)
     for attempt in attempts:
         for key, value in attempt.fingerprint.items():
             if key in ("test_image_id", "pip_packages"):
                 continue
-            if key in last and last[key][0] != value:
-                found.append(Change(key, last[key][0], value, last[key][1], attempt.run_id))
-            last[key] = (value, attempt.run_id)
+            if key == "device" and attempt.round is not None:
+                continue
+            lane = (attempt.node or "", key)
+            if lane in last and last[lane][0] != value:
+                found.append(Change(key, last[lane][0], value, last[lane][1], attempt.run_id))
+            last[lane] = (value, attempt.run_id)
     return found
 
 
@@ -104,7 +110,7 @@ class Collector:
         self.device = device
         self._probed: dict[str, dict[str, str]] = {}
 
-    def __call__(self, test_image_id: str | None) -> dict[str, str]:
+    def __call__(self, test_image_id: str | None, device: str = "") -> dict[str, str]:
         facts: dict[str, str] = {}
         try:
             base = self.client.images.get(self.base_image)
@@ -117,7 +123,7 @@ class Collector:
         if test_image_id:
             facts["test_image_id"] = test_image_id
         facts.update(host_facts())
-        facts["device"] = self.device
+        facts["device"] = device or self.device
         return facts
 
     def _probe(self, image_id: str) -> dict[str, str]:

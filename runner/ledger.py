@@ -95,6 +95,8 @@ class Attempt(_Strict):
     artifacts_dir: str | None = None
     metrics: dict[str, float | int | str] = {}
     device: str | None = None
+    node: str | None = None  # the host that ran the example (the Ray executor's node)
+    round: int | None = None  # attempts of one round ran at once, one per device
     # Per package: the builder image id, its exact build tools, and ccache [hits, misses].
     builders: dict[str, str] = {}
     build_tools: dict[str, list[str]] = {}

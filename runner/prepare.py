@@ -7,8 +7,9 @@ typo in a revision costs a second, not a wheel build.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import docker
@@ -17,9 +18,10 @@ import docker.errors
 from runner import __version__
 from runner.builders import PackageSources, Provisioner
 from runner.config import Settings
-from runner.devices import Passthrough, passthrough
+from runner.devices import Passthrough, is_simulator, passthrough
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import connect
+from runner.executor import Slot
 from runner.history import History
 from runner.inputs import tree_digest
 from runner.ledger import SessionInputs
@@ -47,6 +49,7 @@ class Prepared:
     cache_root: Path
     exporter: SourceExporter
     inputs: SessionInputs
+    slots: list[Slot] = field(default_factory=list)
     tool_version: str = __version__
 
 
@@ -173,6 +176,7 @@ def prepare(settings: Settings) -> Prepared:
     devices = passthrough(
         settings.device_mode, settings.platform, settings.devices, settings.device_map
     )
+    slots = device_slots(settings)
     client = connect()
     image_id = base_image_id(client, settings.base_image)
     workdir = settings.workdir.expanduser().resolve()
@@ -209,4 +213,37 @@ def prepare(settings: Settings) -> Prepared:
         cache_root=cache_root,
         exporter=SourceExporter(pypto_path, cache_root, extra),
         inputs=inputs,
+        slots=slots,
     )
+
+
+def device_slots(settings: Settings, cores: int | None = None) -> list[Slot]:
+    """One slot per card (or per `cards_per_test` cards), each with its own passthrough.
+
+    Simulator platforms get one lane per --device value and, when there are several and no
+    --cpus was given, an equal share of the host's CPUs each: the simulator hangs when its
+    threads oversubscribe the CPUs.
+    """
+    names = [d.strip() for d in settings.devices if d.strip()]
+    if is_simulator(settings.platform):
+        share = None
+        if len(names) > 1 and settings.cpus is None:
+            share = max(1.0, (cores or os.cpu_count() or 1) / len(names))
+        return [Slot(device=name, cpus=settings.cpus or share) for name in names]
+    size = settings.cards_per_test
+    if len(names) % size:
+        raise BadInput(
+            f"--device names {len(names)} cards, not a multiple of --cards-per-test {size}"
+        )
+    slots = []
+    for start in range(0, len(names), size):
+        group = names[start : start + size]
+        slots.append(
+            Slot(
+                device=",".join(group),
+                passthrough=passthrough(
+                    settings.device_mode, settings.platform, group, settings.device_map
+                ),
+            )
+        )
+    return slots

@@ -29,7 +29,16 @@ from runner.confidence import (
 from runner.errors import BisectError
 from runner.history import Change, History
 from runner.ledger import Attempt, Level
-from runner.search import Found, Inconclusive, Test, Verdict, bounds, next_step, steps_left
+from runner.search import (
+    Found,
+    Inconclusive,
+    Step,
+    Test,
+    Verdict,
+    bounds,
+    next_step,
+    steps_left,
+)
 from runner.verdict import Tolerance
 
 Source = Literal["pypto", "simpler", "inconclusive"]
@@ -55,7 +64,22 @@ class Pending(Exception):
 
 
 class Tester(Protocol):
+    """Runs tests. A tester may also offer, and the session then uses:
+
+    - ``parallel`` (int): how many tests one round can run, and
+      ``test_round(requests, done)``: run them at once, calling ``done(attempt)`` as each ends;
+    - ``prefetch(pairs)``: build what the next rounds may need while this one runs;
+    - ``cached(pypto, simpler)``: whether a pair's wheels are built already.
+    """
+
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    level: Level
+    pypto: str
+    simpler: str | None
 
 
 class Events(Protocol):
@@ -107,6 +131,7 @@ class LevelResult:
     inconclusive: tuple[int, int] | None = None
     low_confidence: tuple[tuple[int, float], ...] | None = None
     tests: int = 0
+    rounds: int = 0  # rounds of tests run at once (equal to tests with one device)
     belief: Belief | None = None
     repeat: int | None = None  # fixed repeats per commit instead of the confidence search
     policy: Policy = "majority"
@@ -183,6 +208,85 @@ class LevelResult:
                 return steps_left(len(self.candidates), {})
             return max(1, math.ceil(self.belief.entropy))
         return steps_left(len(self.candidates), self.verdicts) * self.repeat
+
+
+def _verdicts(
+    observations: Mapping[int, Sequence[Verdict]], repeat: int | None, policy: Policy
+) -> dict[int, Verdict]:
+    out: dict[int, Verdict] = {}
+    for index, seen in observations.items():
+        verdict = aggregate(seen, policy if repeat else "majority")
+        if verdict is not None:
+            out[index] = verdict
+    return out
+
+
+def _with(
+    observations: Mapping[int, Sequence[Verdict]],
+    indices: Sequence[int],
+    outcome: Sequence[Verdict],
+) -> dict[int, list[Verdict]]:
+    """A copy of `observations` with one more verdict per tested index."""
+    out = {index: list(seen) for index, seen in observations.items()}
+    for index, verdict in zip(indices, outcome, strict=True):
+        out.setdefault(index, []).append(verdict)
+    return out
+
+
+def _outcomes(indices: Sequence[int]) -> list[tuple[Verdict, ...]]:
+    """The outcomes of a round a monotone history allows, the middle boundary first: with the
+    indices sorted, the first j pass and the rest fail."""
+    order = sorted(range(len(indices)), key=lambda i: indices[i])
+    found = []
+    for passing in range(len(indices) + 1):
+        verdicts = [Verdict.BAD] * len(indices)
+        for position in order[:passing]:
+            verdicts[position] = Verdict.GOOD
+        found.append(tuple(verdicts))
+    middle = len(found) // 2
+    return sorted(found, key=lambda o: abs(found.index(o) - middle))
+
+
+def _worst_case(lo: int, hi: int, pick: int) -> int:
+    """Tests a plain bisection of (lo, hi) needs at most after testing `pick` (no skips)."""
+
+    def steps(untested: int) -> int:
+        return max(0, untested).bit_length()  # ceil(log2(untested + 1))
+
+    return 1 + max(steps(pick - lo - 1), steps(hi - pick - 1))
+
+
+def _quantile_picks(posterior: Belief, first: int, k: int) -> tuple[int, ...]:
+    """k indices that cut the posterior over the first bad commit into k + 1 equal parts.
+
+    Testing index i tells hypotheses h <= i (i is bad) from h > i (i is good), so the cut at
+    mass j/(k+1) is the smallest i whose cumulative probability reaches it. On a deterministic
+    example this is the plain k-way split; with flakes the cuts crowd the likely boundary and
+    may repeat a tested commit, which is what a noisy test needs. The single best pick
+    (`first`) leads when it re-tests an endpoint: the flake rates are still unknown.
+    """
+    probabilities = posterior.probabilities
+    count = len(probabilities)
+    picks: list[int] = [first] if first in (0, count - 1) else []
+    cumulative = 0.0
+    cut = 1
+    for index in range(1, count):
+        cumulative += probabilities[index]
+        while cut <= k and cumulative >= cut / (k + 1) - 1e-12:
+            if index not in picks and index < count - 1:
+                picks.append(index)
+            cut += 1
+    # A posterior piled on one boundary gives fewer distinct cuts than devices: fill with the
+    # best single pick, then both sides of the likeliest boundaries (last good, first bad).
+    fill = [first]
+    for hypothesis, _p in posterior.ranked(mass=1.0, limit=k + 2):
+        fill += [hypothesis - 1, hypothesis]
+    for index in fill:
+        if len(picks) >= k:
+            break
+        if 0 <= index < count and index not in picks:
+            picks.append(index)
+    return tuple(picks[:k])
 
 
 def aggregate(seen: Sequence[Verdict], policy: Policy) -> Verdict | None:
@@ -335,10 +439,29 @@ class Session:
         return self.tolerance.apply(attempt.verdict, attempt.metrics)
 
     def _run_once(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
-        attempt = self.tester.test(level, pypto, simpler)
-        self._saw(attempt)
-        self.events.attempt_done(attempt, reused=False, subject=self.subject(pypto, simpler, level))
-        return attempt
+        return self._run_round([Request(level, pypto, simpler)])[0]
+
+    @property
+    def parallel(self) -> int:
+        return max(1, int(getattr(self.tester, "parallel", 1)))
+
+    def _run_round(self, requests: Sequence[Request]) -> list[Attempt]:
+        """Run a round of tests (at once when the tester can); events as each one ends."""
+
+        def done(attempt: Attempt) -> None:
+            self._saw(attempt)
+            subject = self.subject(attempt.pypto_sha, attempt.simpler_sha, attempt.level)
+            self.events.attempt_done(attempt, reused=False, subject=subject)
+
+        run_round = getattr(self.tester, "test_round", None)
+        if run_round is not None and len(requests) > 1:
+            return list(run_round(requests, done))
+        attempts = []
+        for request in requests:
+            attempt = self.tester.test(request.level, request.pypto, request.simpler)
+            done(attempt)
+            attempts.append(attempt)
+        return attempts
 
     # -- level runner ----------------------------------------------------------------------
 
@@ -356,20 +479,134 @@ class Session:
     def _step(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int
     ) -> Attempt:
-        commit = result.candidates[index]
-        pypto, simpler = pair(commit)
-        self.events.step_started(
-            result.level,
-            result.tests,
-            result.steps_left,
-            pypto,
-            simpler,
-            self.subject(pypto, simpler, result.level),
+        return self._steps(result, pair, (index,))[0]
+
+    def _steps(
+        self,
+        result: LevelResult,
+        pair: Callable[[str], tuple[str, str | None]],
+        indices: Sequence[int],
+    ) -> list[Attempt]:
+        """One round: test the candidates at `indices` at once (one per device)."""
+        requests = []
+        for index in indices:
+            pypto, simpler = pair(result.candidates[index])
+            self.events.step_started(
+                result.level,
+                result.tests,
+                result.steps_left,
+                pypto,
+                simpler,
+                self.subject(pypto, simpler, result.level),
+            )
+            requests.append(Request(result.level, pypto, simpler))
+        attempts = self._run_round(requests)
+        for index, attempt in zip(indices, attempts, strict=True):
+            result.tests += 1
+            result.observations.setdefault(index, []).append(self.verdict(attempt))
+        result.rounds += 1
+        return attempts
+
+    # -- choosing a round's tests ----------------------------------------------------------
+
+    def _picks(
+        self, result: LevelResult, observations: Mapping[int, Sequence[Verdict]]
+    ) -> Step | LowConfidence:
+        """What the level does next from `observations`: Found/Inconclusive/LowConfidence, or
+        the indices of the next round (up to one per device)."""
+        count = len(result.candidates)
+        k = self.parallel
+        if self.repeat is not None:
+            complete = {
+                index: verdict
+                for index, verdict in _verdicts(observations, self.repeat, self.policy).items()
+                if len(observations[index]) >= self.repeat or verdict is Verdict.SKIP
+            }
+            # Commits still short of their repeats go first, as many runs as they lack.
+            short = [
+                index
+                for index, seen in sorted(observations.items())
+                if index not in complete
+                for _ in range(self.repeat - len(seen))
+            ]
+            if short:
+                return Test(tuple(short[:k]))
+            step = next_step(count, complete, parallel=k)
+            if isinstance(step, Test) and k == 1:
+                return Test((self._cache_aware(result, complete, step.indices[0]),))
+            return step
+        step = decide(
+            count,
+            observations,
+            confidence=self.confidence,
+            prior=result.prior,
+            retest_endpoints=self.verify or result.level == "simpler",
         )
-        attempt = self._run_once(result.level, pypto, simpler)
-        result.tests += 1
-        result.observations.setdefault(index, []).append(self.verdict(attempt))
-        return attempt
+        if not isinstance(step, Test):
+            return step
+        majority = _verdicts(observations, None, "majority")
+        if k == 1:
+            return Test((self._cache_aware(result, majority, step.indices[0]),))
+        return Test(_quantile_picks(belief(count, observations, result.prior), step.indices[0], k))
+
+    def _cache_aware(self, result: LevelResult, verdicts: Mapping[int, Verdict], pick: int) -> int:
+        """A neighbour of the ideal pivot whose wheels are built already, when testing it costs
+        no extra step in the worst case."""
+        cached = getattr(self.tester, "cached", None)
+        count = len(result.candidates)
+        if cached is None or pick in verdicts or not 0 < pick < count - 1:
+            return pick
+        pair = self._pair(result)
+        if cached(*pair(result.candidates[pick])):
+            return pick
+        lo, hi = bounds(count, verdicts)
+        if not lo < pick < hi:
+            return pick
+        worst = _worst_case(lo, hi, pick)
+        for neighbour in (pick - 1, pick + 1):
+            if (
+                lo < neighbour < hi
+                and neighbour not in verdicts
+                and _worst_case(lo, hi, neighbour) <= worst
+                and cached(*pair(result.candidates[neighbour]))
+            ):
+                return neighbour
+        return pick
+
+    def _pair(self, result: LevelResult) -> Callable[[str], tuple[str, str | None]]:
+        if result.level == "simpler":
+            anchor = result.anchor or ""
+            return lambda state: (anchor, state)
+        return lambda commit: (commit, self.gitlink(commit))
+
+    def _prefetch(self, result: LevelResult, picks: Sequence[int]) -> None:
+        """While this round runs, build what the next two rounds may test: the next round's
+        picks for each outcome of this one (most likely first), then the round after those."""
+        prefetch = getattr(self.tester, "prefetch", None)
+        if prefetch is None:
+            return
+        pair = self._pair(result)
+        wanted: list[tuple[str, str | None]] = []
+        states: list[tuple[Mapping[int, Sequence[Verdict]], tuple[int, ...]]] = [
+            (result.observations, tuple(picks))
+        ]
+        for _depth in range(2):
+            following = []
+            for observations, tested in states:
+                for outcome in _outcomes(tested):
+                    fantasy = _with(observations, tested, outcome)
+                    try:
+                        step = self._picks(result, fantasy)
+                    except ValueError:
+                        continue
+                    if isinstance(step, Test):
+                        for index in step.indices:
+                            wanted.append(pair(result.candidates[index]))
+                        following.append((fantasy, step.indices))
+            states = following
+        seen: set[tuple[str, str | None]] = set()
+        ordered = [p for p in wanted if not (p in seen or seen.add(p))]
+        prefetch(ordered)
 
     def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
         if self.repeat is not None:
@@ -378,13 +615,7 @@ class Session:
         count = len(result.candidates)
         while True:
             result.belief = belief(count, result.observations, result.prior)
-            step = decide(
-                count,
-                result.observations,
-                confidence=self.confidence,
-                prior=result.prior,
-                retest_endpoints=self.verify or result.level == "simpler",
-            )
+            step = self._picks(result, result.observations)
             if isinstance(step, Found):
                 result.found = step.index
                 return
@@ -395,21 +626,16 @@ class Session:
                 result.low_confidence = step.candidates
                 return
             assert isinstance(step, Test)
-            self._step(result, pair, step.indices[0])
+            self._prefetch(result, step.indices)
+            self._steps(result, pair, step.indices)
 
     def _bisect_fixed(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]
     ) -> None:
         """`--repeat N`: every tested commit runs N times, the policy makes one verdict of them."""
         assert self.repeat is not None
-        count = len(result.candidates)
         while True:
-            complete = {
-                index: verdict
-                for index, verdict in result.verdicts.items()
-                if len(result.observations[index]) >= self.repeat or verdict is Verdict.SKIP
-            }
-            step = next_step(count, complete)
+            step = self._picks(result, result.observations)
             if isinstance(step, Found):
                 result.found = step.index
                 return
@@ -417,7 +643,8 @@ class Session:
                 result.inconclusive = (step.first, step.last)
                 return
             assert isinstance(step, Test)
-            self._step(result, pair, step.indices[0])
+            self._prefetch(result, step.indices)
+            self._steps(result, pair, step.indices)
 
     # -- the whole bisect -------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -417,8 +418,12 @@ def builder_spec(
     out: Path,
     ccache_dir: Path,
     image: str | None = None,
+    parallel: int | None = None,
 ) -> ContainerSpec:
     """The builder container: sources read-only, network off unless asked, ccache shared.
+
+    `parallel`: compile jobs when several builds share the host (never part of the cache key:
+    it changes how fast a wheel is made, not what is in it).
 
     It runs as the calling user, so whatever a killed build leaves in the cache is theirs.
     """
@@ -433,6 +438,8 @@ def builder_spec(
     }
     if settings.cpus:
         environment.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(max(1, round(settings.cpus))))
+    if parallel:
+        environment.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(parallel))
     mounts = [
         Mount(host=str(src), container="/src", read_only=True),
         Mount(host=str(out), container="/out", read_only=False),
@@ -488,8 +495,13 @@ def build_wheel(
     ccache_dir: Path,
     builder: Builder | None = None,
     echo: Echo | None = None,
+    cancel: threading.Event | None = None,
+    parallel: int | None = None,
 ) -> WheelResult:
     """The wheel of `package` at `commit`, from the cache or built now in `builder`'s image.
+
+    Setting `cancel` kills the build's container and raises `Cancelled`; the build directory is
+    removed and nothing reaches the cache.
 
     `prepare_source(dir)` fills an empty directory with the commit's sources; it is only called
     on a miss. Build failures are cached; engine, disk and timeout failures raise
@@ -518,6 +530,8 @@ def build_wheel(
                 ccache_dir=ccache_dir,
                 builder=builder,
                 echo=echo,
+                cancel=cancel,
+                parallel=parallel,
             )
         except OSError as exc:
             raise _infrastructure(exc, f"build the {package} wheel for {commit[:12]}") from exc
@@ -538,6 +552,8 @@ def _build(
     ccache_dir: Path,
     builder: Builder | None,
     echo: Echo | None,
+    cancel: threading.Event | None = None,
+    parallel: int | None = None,
 ) -> WheelResult:
     src, out, staged = work / "src", work / "out", work / "entry"
     for directory in (src, out, staged):
@@ -557,10 +573,13 @@ def _build(
         out=out.resolve(),
         ccache_dir=ccache_dir,
         image=builder.image_id if builder else None,
+        parallel=parallel,
     )
     log_path = staged / "build.log"
     started = time.monotonic()
-    result = run_container(client, spec, log_path=log_path, timeout=settings.timeout, echo=echo)
+    result = run_container(
+        client, spec, log_path=log_path, timeout=settings.timeout, echo=echo, cancel=cancel
+    )
     seconds = time.monotonic() - started
 
     killed = result.exit_code == 137  # SIGKILL: the kernel's OOM killer outside a memory limit

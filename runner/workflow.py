@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shlex
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
 from runner.execute import Mount, reclaim, remove_stale_containers
+from runner.executor import Executor, LocalExecutor
 from runner.fingerprint import Collector
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
@@ -48,6 +50,7 @@ from runner.session import (
     Lookup,
     Outcome,
     Pending,
+    Request,
     Session,
     Tester,
 )
@@ -132,11 +135,12 @@ def docker_tester(
     echo: Callable[[str], None] | None = None,
 ) -> DockerTester:
     settings = prepared.settings
+    cache = WheelCache(prepared.cache_root / "wheels")
     return DockerTester(
-        prepared.client,
+        make_executor(prepared, cache, echo),
         ledger,
         prepared.exporter,
-        WheelCache(prepared.cache_root / "wheels"),
+        cache,
         build_settings(settings, prepared.base_image_id, prepared.content),
         run_settings(prepared),
         workdir=workdir,
@@ -155,6 +159,26 @@ def docker_tester(
         phase=phase,
         echo=echo,
         fingerprint=Collector(prepared.client, settings.base_image, settings.device),
+        prefetch=settings.prefetch,
+    )
+
+
+def make_executor(
+    prepared: Prepared, cache: WheelCache, echo: Callable[[str], None] | None
+) -> Executor:
+    """The executor `--executor` names; Ray is imported only when asked for."""
+    settings = prepared.settings
+    if settings.executor == "ray":
+        if importlib.util.find_spec("ray") is None:
+            raise BadInput(
+                "--executor ray needs Ray: pip install 'bisect-precision-docker[ray]' "
+                "(or use --executor local)"
+            )
+        from runner.ray_executor import RayExecutor
+
+        return RayExecutor.connect(prepared, cache, echo=echo)
+    return LocalExecutor(
+        prepared.client, cache, prepared.slots, build_jobs=settings.build_jobs, echo=echo
     )
 
 
@@ -162,18 +186,37 @@ class _Watched:
     """Passes tests on to the Docker tester and warns the moment an attempt's environment
     fingerprint differs from the attempt before it (a retagged base image, a new driver)."""
 
-    def __init__(self, tester: Tester, ledger: Ledger, events: Events | None) -> None:
+    def __init__(self, tester: DockerTester, ledger: Ledger, events: Events | None) -> None:
         self.tester = tester
         self.ledger = ledger
         self.events = events
+        self.prefetch = tester.prefetch
+        self.cached = tester.cached
+
+    @property
+    def parallel(self) -> int:
+        return self.tester.parallel
 
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
         attempt = self.tester.test(level, pypto, simpler)
+        self._warn(attempt)
+        return attempt
+
+    def test_round(
+        self, requests: Sequence[Request], done: Callable[[Attempt], None] | None = None
+    ) -> list[Attempt]:
+        def watched(attempt: Attempt) -> None:
+            self._warn(attempt)
+            if done is not None:
+                done(attempt)
+
+        return self.tester.test_round(requests, watched)
+
+    def _warn(self, attempt: Attempt) -> None:
         if self.events is not None:
             for change in fingerprint_changes(self.ledger.document.attempts):
                 if change.after == attempt.run_id:
                     self.events.note(f"warning: {describe_change(change)}")
-        return attempt
 
 
 def _session(
@@ -307,12 +350,17 @@ def run_bisect(
                 prepared.history.gitlinks([prepared.good, prepared.bad], settings.submodule_path),
             )
             outcome = session.run()
-        except EndpointFailure as failure:
+        except BaseException as exc:
+            tester.close(cancel=True)
+            if not isinstance(exc, EndpointFailure):
+                raise
+            failure = exc
             error = endpoint_error(failure)
             stopped = _stopped_at_endpoint(prepared.good, prepared.commits, str(error))
             wall = ledger.finish_invocation()
             _write(workdir, ledger.document, stopped, prepared.history, prepared.exporter, wall)
             raise error from None
+        tester.close(cancel=False)  # speculative builds nobody needs now stop here
         wall = ledger.finish_invocation()  # before reading the document: it adds to it
         document = ledger.document
         return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
@@ -564,5 +612,8 @@ def reproduce(
         repro_ledger, prepared.inputs, tool_version=__version__, new_session=other
     ) as ledger:
         tester = docker_tester(prepared, ledger, repro_dir, echo=echo)
-        again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
+        try:
+            again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
+        finally:
+            tester.close(cancel=True)
     return original, again

@@ -1,0 +1,443 @@
+"""Where builds and example runs happen: the one interface the session's scheduler talks to.
+
+A bisect step needs two wheel builds (CPU for minutes) and one example run (a device for as
+long as the example takes). The scheduler decides *what* to build and run; an executor decides
+*where* and *when*: it owns the CPU slots for builds and the device slots for runs, so builds can
+overlap runs and several devices can each run one test per round.
+
+Two implementations share this interface: `LocalExecutor` (threads and this host's Docker
+Engine) and the Ray executor (`runner/ray_executor.py`, tasks on a cluster whose nodes each
+have a Docker Engine). The contract both keep:
+
+- `build(job)` returns a future of the `WheelResult`; wheels land in the content-addressed
+  `WheelCache`, so a build is done once whoever asks for it, and a speculative build that turns
+  out to be needed is simply waited for. Sources are exported *on the driver* by `job.prepare`.
+- `run(job)` returns a future of the `RunReport`: the executor picks a free device slot, layers
+  the test image where the run happens, runs the example and says which slot ran it.
+- Infrastructure faults raise `InfrastructureError` from the future; a failing device is taken
+  out of the pool with `retire`; nothing an executor does is a verdict by itself (the tester
+  judges, the driver alone writes the ledger).
+- `close(cancel=True)` drops queued work and stops running containers; nothing half-written is
+  ever left where a later step could use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import docker
+
+from runner.builders import Builder
+from runner.devices import Passthrough
+from runner.errors import InfrastructureError
+from runner.execute import Cancelled, ContainerResult, ExampleRun, run_example
+from runner.images import ensure_test_image
+from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
+
+Echo = Callable[[str], None]
+
+LOCAL_NODE = "local"
+_BUILD_MEMORY_GIB = 6  # what one C++17 pypto build may take at its peak (nanobind TUs)
+_NEEDED, _SPECULATIVE = 0, 1  # build priorities: a build a test waits for goes first
+
+
+@dataclass(frozen=True, eq=False)
+class Slot:
+    """One place an example can run: a device (or a simulator lane) on a node.
+
+    Slots compare by identity: a pool holds each once, and two cards with equal settings are
+    still two places to run.
+    """
+
+    device: str  # the card(s) the example gets, as --device names them ("0", "2,3")
+    passthrough: Passthrough = field(default_factory=Passthrough)
+    cpus: float | None = None  # simulator lanes: the CPU limit of each container
+    node: str = LOCAL_NODE
+
+
+@dataclass
+class BuildJob:
+    package: str
+    commit: str
+    prepare: Callable[[Path], object]  # exports the sources into an empty directory (driver)
+    settings: BuildSettings
+    builder: Builder | None
+    ccache_dir: Path
+    speculative: bool = False
+
+
+@dataclass
+class RunJob:
+    """One example run: the image's ingredients and the run's settings, minus the device."""
+
+    pypto: str
+    simpler: str | None
+    pypto_wheel: Path
+    simpler_wheel: Path | None
+    pip_wheel: Path | None
+    base_image: str
+    base_image_id: str
+    run: ExampleRun  # device, passthrough and cpus are the slot's
+    speculative: bool = False  # only layer the image (a prefetch): no device, no run
+
+
+@dataclass
+class RunReport:
+    result: ContainerResult | None  # None for a speculative job (image only)
+    image_id: str
+    image_s: float
+    slot: Slot | None
+
+
+class Executor(ABC):
+    """Builds and runs for one session; see the module docstring for the contract."""
+
+    name: str = "executor"
+
+    @property
+    @abstractmethod
+    def slots(self) -> Sequence[Slot]:
+        """The device slots still in the pool: how many tests one round can run."""
+
+    @property
+    @abstractmethod
+    def build_jobs(self) -> int:
+        """How many builds can run at once."""
+
+    @abstractmethod
+    def build(self, job: BuildJob) -> Future[WheelResult]: ...
+
+    @abstractmethod
+    def run(self, job: RunJob) -> Future[RunReport]: ...
+
+    @abstractmethod
+    def retire(self, slot: Slot, reason: str) -> None:
+        """Take a slot out of the pool after an infrastructure fault on it."""
+
+    @abstractmethod
+    def busy_builds(self) -> int:
+        """Builds queued or running now (speculative ones included)."""
+
+    @abstractmethod
+    def close(self, *, cancel: bool) -> None:
+        """Stop accepting work; with `cancel`, drop queued work and stop running containers."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(cancel=exc[0] is not None)
+
+
+def default_build_jobs(cores: int | None = None, memory_gib: float | None = None) -> int:
+    """Builds at once: at least two (one needed, one ahead) when memory allows, one per eight
+    cores on big hosts, never more than memory holds at a build's peak."""
+    cores = cores or os.cpu_count() or 1
+    if memory_gib is None:
+        memory_gib = _memory_gib()
+    by_memory = max(1, int(memory_gib // _BUILD_MEMORY_GIB))
+    return max(1, min(max(2, cores // 8), by_memory))
+
+
+def build_parallelism(jobs: int, cores: int | None = None) -> int:
+    """Compile jobs per build: the cores shared out among the builds, at least two each."""
+    cores = cores or os.cpu_count() or 1
+    return max(2, cores // max(1, jobs))
+
+
+def _memory_gib() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 8.0
+
+
+class DeviceFault(InfrastructureError):
+    """The example could not run on this slot (aclInit, a busy or missing card)."""
+
+    def __init__(self, message: str, slot: Slot) -> None:
+        super().__init__(message)
+        self.slot = slot
+
+
+class _DevicePool:
+    """Free slots; a retired slot never comes back, and the last live one is never retired."""
+
+    def __init__(self, slots: Sequence[Slot], echo: Echo | None) -> None:
+        self._all = list(slots)
+        self._free = list(slots)
+        self._retired: dict[Slot, str] = {}
+        self._cond = threading.Condition()
+        self._echo = echo
+        self._closed = False
+
+    @property
+    def live(self) -> list[Slot]:
+        with self._cond:
+            return [s for s in self._all if s not in self._retired]
+
+    def take(self, cancel: threading.Event) -> Slot:
+        with self._cond:
+            while True:
+                if self._closed or cancel.is_set():
+                    raise Cancelled("the session is stopping")
+                if self._free:
+                    return self._free.pop(0)
+                self._cond.wait(0.5)
+
+    def give_back(self, slot: Slot) -> None:
+        with self._cond:
+            if slot not in self._retired:
+                self._free.append(slot)
+            self._cond.notify_all()
+
+    def retire(self, slot: Slot, reason: str) -> None:
+        with self._cond:
+            live = [s for s in self._all if s not in self._retired]
+            if slot not in live or len(live) == 1:
+                # The last device stays: the tester's retries decide when to give up.
+                return
+            self._retired[slot] = reason
+            with contextlib.suppress(ValueError):
+                self._free.remove(slot)
+            self._cond.notify_all()
+        if self._echo:
+            self._echo(f"device {slot.device} taken out of the pool: {reason}")
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+@dataclass(order=True)
+class _Queued:
+    priority: int
+    order: int
+    job: BuildJob = field(compare=False)
+    key: str = field(compare=False)
+    future: Future[WheelResult] = field(compare=False)
+    cancel: threading.Event = field(compare=False, default_factory=threading.Event)
+    started: bool = field(compare=False, default=False)
+
+
+class LocalExecutor(Executor):
+    """Threads on this host: `build_jobs` build workers, one run at a time per device slot."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        cache: WheelCache,
+        slots: Sequence[Slot],
+        *,
+        build_jobs: int | None = None,
+        echo: Echo | None = None,
+    ) -> None:
+        if not slots:
+            raise ValueError("an executor needs at least one device slot")
+        self.client = client
+        self.cache = cache
+        self.echo = echo
+        self._jobs = build_jobs or default_build_jobs()
+        self._pool = _DevicePool(slots, echo)
+        self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+        self._by_key: dict[str, _Queued] = {}
+        self._wake = threading.Condition(self._lock)
+        self._order = itertools.count()
+        self._closed = False
+        self._stop = threading.Event()  # set by close(cancel=True): running work stops
+        self._running = 0
+        self._workers = [
+            threading.Thread(target=self._build_worker, name=f"build-{i}", daemon=True)
+            for i in range(self._jobs)
+        ]
+        for worker in self._workers:
+            worker.start()
+        self._runs: list[threading.Thread] = []
+
+    # -- the interface ---------------------------------------------------------------------
+
+    @property
+    def slots(self) -> Sequence[Slot]:
+        return self._pool.live
+
+    @property
+    def build_jobs(self) -> int:
+        return self._jobs
+
+    def busy_builds(self) -> int:
+        with self._lock:
+            return self._running + len(self._queue)
+
+    def build(self, job: BuildJob) -> Future[WheelResult]:
+        key = self.cache.key(
+            job.package, job.commit, job.settings, job.builder.key if job.builder else None
+        )
+        priority = _SPECULATIVE if job.speculative else _NEEDED
+        with self._lock:
+            if self._closed:
+                future: Future[WheelResult] = Future()
+                future.set_exception(Cancelled("the session is stopping"))
+                return future
+            queued = self._by_key.get(key)
+            if queued is not None:
+                if priority < queued.priority and not queued.started:
+                    # Needed now: move it to the front of the queue.
+                    queued.priority = priority
+                    heapq.heapify(self._queue)
+                if not job.speculative:
+                    queued.job.speculative = False
+                return queued.future
+            queued = _Queued(priority, next(self._order), job, key, Future())
+            self._by_key[key] = queued
+            heapq.heappush(self._queue, queued)
+            self._wake.notify()
+            return queued.future
+
+    def run(self, job: RunJob) -> Future[RunReport]:
+        future: Future[RunReport] = Future()
+        thread = threading.Thread(
+            target=self._run_worker, args=(job, future), name="run", daemon=True
+        )
+        with self._lock:
+            if self._closed:
+                future.set_exception(Cancelled("the session is stopping"))
+                return future
+            self._runs = [t for t in self._runs if t.is_alive()]
+            self._runs.append(thread)
+        thread.start()
+        return future
+
+    def retire(self, slot: Slot, reason: str) -> None:
+        self._pool.retire(slot, reason)
+
+    def close(self, *, cancel: bool) -> None:
+        with self._lock:
+            self._closed = True
+            dropped = []
+            for queued in self._queue:
+                if not queued.started and (cancel or queued.job.speculative):
+                    dropped.append(queued)
+            self._queue = [q for q in self._queue if q not in dropped]
+            heapq.heapify(self._queue)
+            for queued in self._by_key.values():
+                if queued.started and (cancel or queued.job.speculative):
+                    queued.cancel.set()  # the build's container is killed, nothing cached
+            self._wake.notify_all()
+        for queued in dropped:
+            self._by_key.pop(queued.key, None)
+            queued.future.set_exception(Cancelled("the session stopped before this build"))
+        if cancel:
+            self._stop.set()
+        self._pool.close()
+        for thread in [*self._workers, *self._runs]:
+            thread.join(timeout=60)
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def _build_worker(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                queued = heapq.heappop(self._queue)
+                queued.started = True
+                self._running += 1
+            try:
+                result = build_wheel(
+                    self.client,
+                    self.cache,
+                    queued.job.package,
+                    queued.job.commit,
+                    queued.job.prepare,
+                    queued.job.settings,
+                    ccache_dir=queued.job.ccache_dir,
+                    builder=queued.job.builder,
+                    echo=None if queued.job.speculative else self.echo,
+                    cancel=queued.cancel,
+                    parallel=build_parallelism(self._jobs),
+                )
+            except BaseException as exc:
+                queued.future.set_exception(exc)
+            else:
+                queued.future.set_result(result)
+            finally:
+                with self._lock:
+                    self._running -= 1
+                    if self._by_key.get(queued.key) is queued:
+                        del self._by_key[queued.key]
+
+    def _run_worker(self, job: RunJob, future: Future[RunReport]) -> None:
+        try:
+            future.set_result(self._run(job))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    def _run(self, job: RunJob) -> RunReport:
+        return run_on_node(
+            self.client,
+            job,
+            lambda: self._pool.take(self._stop),
+            self._pool.give_back,
+            self._stop,
+            echo=self.echo,
+        )
+
+
+def run_on_node(
+    client: docker.DockerClient,
+    job: RunJob,
+    take: Callable[[], Slot],
+    give_back: Callable[[Slot], None],
+    cancel: threading.Event,
+    *,
+    echo: Echo | None = None,
+) -> RunReport:
+    """Layer the test image on this node, then run the example on a slot taken from `take`.
+
+    The image is layered before a slot is taken, so no device idles while pip installs wheels.
+    """
+    started = time.monotonic()
+    image = ensure_test_image(
+        client,
+        base_image=job.base_image,
+        base_image_id=job.base_image_id,
+        pypto_sha=job.pypto,
+        pypto_wheel=job.pypto_wheel,
+        simpler_sha=job.simpler,
+        simpler_wheel=job.simpler_wheel,
+        log_path=job.run.artifacts_dir / "image.log",
+        echo=None if job.speculative else echo,
+        pip_wheel=job.pip_wheel,
+    )
+    image_s = time.monotonic() - started
+    if job.speculative:
+        return RunReport(result=None, image_id=image.image_id, image_s=image_s, slot=None)
+    slot = take()
+    try:
+        run = replace(
+            job.run,
+            image=image.image_id,
+            device=slot.device,
+            passthrough=slot.passthrough,
+            cpus=slot.cpus if slot.cpus is not None else job.run.cpus,
+        )
+        result = run_example(client, run, echo=echo, cancel=cancel)
+    finally:
+        give_back(slot)
+    return RunReport(result=result, image_id=image.image_id, image_s=image_s, slot=slot)
