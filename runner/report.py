@@ -149,6 +149,9 @@ def _step(attempt: Attempt) -> dict[str, Any]:
         "verdict": attempt.verdict.value,
         "reason": attempt.reason,
         "exit_code": attempt.exit_code,
+        "round": attempt.round,
+        "node": attempt.node,
+        "device": attempt.device,
         "build_s": round(attempt.build_s, 2),
         "run_s": round(attempt.run_s, 2),
         "builds": dict(attempt.builds),
@@ -161,6 +164,12 @@ def _step(attempt: Attempt) -> dict[str, Any]:
         "metrics": dict(attempt.metrics),
         "log": attempt.log_path,
     }
+
+
+def _ran_on(step: dict[str, Any]) -> str:
+    """Where the example ran: the node (a Ray node, or this host) and its device."""
+    where = step.get("node") or "local"
+    return f"{where} device {step['device']}" if step.get("device") else where
 
 
 def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
@@ -557,8 +566,9 @@ def build_markdown(
     lines += [
         "## Steps",
         "",
-        "| run | level | pypto | simpler | verdict | reason | build s | run s | cache | ccache |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | level | pypto | simpler | verdict | reason | ran on | build s | run s | cache "
+        "| ccache |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step in data["steps"]:
         reason = str(step["reason"]).replace("|", "\\|")[:90]
@@ -566,7 +576,8 @@ def build_markdown(
         lines.append(
             f"| {step['run_id']} | {step['level']} | `{step['pypto'][:12]}` | "
             f"`{(step['simpler'] or 'none')[:12]}` | {step['verdict']} | {reason} | "
-            f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} | {_ccache(step)} |"
+            f"{_ran_on(step)} | {step['build_s']:.1f} | {step['run_s']:.1f} | {cache} | "
+            f"{_ccache(step)} |"
         )
     lines += _build_environments(data["steps"])
     stats = data["stats"]

@@ -1,0 +1,154 @@
+"""Bisects on a real three-node Ray cluster on this machine (head + two fake-NPU workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL
+from runner.sample.histories import SampleSpec
+from tests.fixtures.cli import Cli, cli, run_args
+from tests.fixtures.samples import SMALL
+
+# A regression in a simpler commit inside a bump: both levels are bisected.
+TWO_LEVEL = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
+
+
+def ray_bisect(sample, work: Path, cache: Path, cluster, *extra: str, **popen) -> Cli:
+    args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
+    return cli(*args, *extra, "--json", env=cluster.env, **popen)
+
+
+def culprits(report: dict) -> tuple:
+    simpler = report["simpler"] or {}
+    return report["source"], report["pypto"]["first_bad"], simpler.get("culprit")
+
+
+def rounds(report: dict) -> int:
+    return len({step["round"] for step in report["steps"]})
+
+
+def test_importing_the_cli_never_imports_ray():
+    code = "import sys, runner.cli, runner.workflow; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_executor_ray_without_the_extra_says_how_to_install(sample_factory, tmp_path):
+    """Ray hidden from the import system, as in an install without the extra."""
+    sample = sample_factory(TWO_LEVEL)
+    hide = (
+        "import importlib.abc, runpy, sys\n"
+        "class NoRay(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoRay())\n"
+        "sys.argv[0] = 'bisect-precision-docker'\n"
+        "runpy.run_module('runner.cli', run_name='__main__')\n"
+    )
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache", "--executor", "ray")
+    done = subprocess.run(
+        [sys.executable, "-c", hide, *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "pip install 'bisect-precision-docker[ray]'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_two_level_regression_on_three_nodes_gives_the_local_culprits_in_fewer_rounds(
+    sample_factory, bisect, ray_cluster, tmp_path
+):
+    sample = sample_factory(TWO_LEVEL)
+    local = bisect(sample, workdir=tmp_path / "local")
+    assert local.returncode == 0, local.stderr
+
+    started = time.monotonic()
+    result = ray_bisect(sample, tmp_path / "ray", tmp_path / "ray-cache", ray_cluster)
+    print(f"ray bisect: {time.monotonic() - started:.1f}s")
+
+    assert result.returncode == 0, result.stderr
+    report, baseline = result.json(), local.json()
+    assert culprits(report) == culprits(baseline)
+    assert culprits(report) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
+    assert rounds(report) < rounds(baseline)
+    workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+    for step in report["steps"]:
+        assert step["node"].split("/")[-1] in workers, step
+        assert step["device"] == "0"
+    assert len({step["node"] for step in report["steps"]}) == 2, "both workers ran examples"
+    assert any(len([s for s in report["steps"] if s["round"] == r]) == 2 for r in range(1, 20))
+    builds = report["stats"]["builds"]
+    built = {s["simpler"] for s in report["steps"] if s["builds"].get("simpler") == "built"}
+    assert builds["simpler"] == len(built), "each simpler commit built once on the cluster"
+    md = (tmp_path / "ray" / "report.md").read_text()
+    assert "ran on" in md and report["steps"][0]["node"] in md
+    fingerprint = json.loads((tmp_path / "ray" / "ledger.json").read_text())["attempts"][0]
+    assert {"kernel", "driver", "base_image_id"} <= set(fingerprint["fingerprint"])
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_worker_killed_mid_run_changes_nothing_but_the_wall_time(
+    sample_factory, ray_cluster, docker_client, tmp_path
+):
+    sample = sample_factory(TWO_LEVEL)
+    work = tmp_path / "work"
+    args = run_args(
+        sample, work, tmp_path / "cache", "--executor", "ray", "--ray-address", ray_cluster.address
+    )
+    env = {**os.environ, "COLUMNS": "200", **ray_cluster.env}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    killed = victim_pair = None
+    try:
+        deadline = time.monotonic() + 300
+        while killed is None and driver.poll() is None and time.monotonic() < deadline:
+            for container in docker_client.containers.list(
+                filters={"label": [f"{LABEL}=1", f"{KIND_LABEL}=example"]}
+            ):
+                pid = int(container.labels[OWNER_LABEL].rpartition(":")[2])
+                node = ray_cluster.worker_of(pid)
+                if node is not None:
+                    victim_pair = container.image.labels
+                    killed = str(node.node_id)[:8]
+                    ray_cluster.kill_worker(node)
+                    break
+            time.sleep(0.2)
+        out, err = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        ray_cluster.add_worker()
+
+    assert killed is not None, "no example ran on a worker to kill"
+    assert driver.returncode == 0, err
+    report = json.loads(out)
+    assert culprits(report) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
+    attempts = json.loads((work / "ledger.json").read_text())["attempts"]
+    simpler = victim_pair[f"{LABEL}.simpler"]
+    pair = (victim_pair[f"{LABEL}.pypto"], None if simpler == "none" else simpler)
+    lost = [
+        a for a in attempts if (a["pypto_sha"], a["simpler_sha"]) == pair and killed in a["node"]
+    ]
+    assert lost == [], "nothing is recorded from the attempt whose node died"
+    assert any((a["pypto_sha"], a["simpler_sha"]) == pair for a in attempts), "it was re-run"
+    assert len({a["run_id"] for a in attempts}) == len(attempts)
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+    assert leftovers == []
