@@ -346,6 +346,7 @@ class RayExecutor(Executor):
                 f"cannot join the Ray cluster at {address!r} ({first}); start one with "
                 "`ray start --head` or pass --ray-address HOST:PORT"
             ) from None
+        _cluster_messages_to_stderr(ray)
         token = uuid.uuid4().hex
         probe = prepared.cache_root / _PROBE.format(token=token)
         probe.parent.mkdir(parents=True, exist_ok=True)
@@ -550,6 +551,21 @@ class RayExecutor(Executor):
         finally:
             with self._lock:
                 self._tasks.pop(ref, None)
+
+
+def _cluster_messages_to_stderr(ray: Any) -> None:
+    """Ray prints cluster events ("Raylet is terminated") on the driver's stdout, where `--json`
+    keeps the report alone: send them to stderr with the rest of the tool's messages."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _first_line(exc: BaseException) -> str:
