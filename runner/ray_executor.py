@@ -56,6 +56,7 @@ Echo = Callable[[str], None]
 INSTALL_HINT = "pip install 'bisect-precision-docker[ray]'"
 NPU = "NPU"  # Ray's resource name for Huawei Ascend cards
 TASK_RETRIES = 2  # Ray's own retries of a task whose node or worker died
+NODE_DIR_ENV = "BISECT_PRECISION_RAY_NODE_DIR"
 _PROBE = ".ray-driver-{token}"  # in the cache dir: a node that sees it shares the driver's disk
 
 
@@ -125,7 +126,10 @@ def node_name() -> str:
 
 
 def _node_root() -> Path:
-    root = Path(user_cache_dir("bisect-precision-docker")) / "ray-node"
+    """Where a node keeps what it fetched, built or ran when it shares no disk with the driver
+    (NODE_DIR_ENV as the node was started, else the user's cache directory)."""
+    root = Path(os.environ.get(NODE_DIR_ENV) or user_cache_dir("bisect-precision-docker"))
+    root = root / "ray-node"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT
+from runner.devices import Passthrough
+from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
+from runner.executor import BuildJob, RunJob
+from runner.ray_executor import NodeSettings, RayExecutor
 from runner.sample.histories import SampleSpec
-from tests.fixtures.cli import Cli, cli, run_args
+from runner.sample.packages import EXAMPLE_PATH
+from runner.sources import SourceExporter
+from runner.wheels import BuildSettings, WheelCache
+from tests.fixtures.cli import BASE_IMAGE, Cli, cli, run_args
 from tests.fixtures.samples import SMALL
 
 # A regression in a simpler commit inside a bump: both levels are bisected.
@@ -163,3 +169,83 @@ def test_a_worker_killed_mid_run_changes_nothing_but_the_wall_time(
         if any(str(m["Source"]).endswith(lost_run) for m in c["Mounts"])
     ]
     assert leftovers == [], "the container of the lost run was removed too"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_through_ray(
+    sample_factory, ray_cluster, base_image, docker_client, builder_for_setuptools, tmp_path
+):
+    import ray
+
+    sample = sample_factory(TWO_LEVEL)
+    commit = sample.pypto_shas[0]
+    cache = tmp_path / "cache"
+    exporter = SourceExporter(sample.pypto, cache)
+    settings = BuildSettings(
+        base_image=BASE_IMAGE, base_image_id=docker_client.images.get(BASE_IMAGE).id
+    )
+    ray.init(address=ray_cluster.address, log_to_driver=False)
+    executor = RayExecutor(
+        ray,
+        WheelCache(cache / "wheels"),
+        NodeSettings(
+            platform="a2a3",
+            device_mode="explicit",
+            device_map=("/dev/null:/dev/davinci0",),
+            cards_per_test=1,
+            cpus=None,
+            cache_root=str(cache),
+            probe=str(cache / "probe"),
+            shared=False,
+        ),
+    )
+    try:
+        assert len(executor.slots) == 2
+        job = BuildJob(
+            package="pypto",
+            commit=commit,
+            prepare=lambda dest: exporter.export(commit, dest),
+            settings=settings,
+            builder=builder_for_setuptools,
+            ccache_dir=tmp_path / "ccache",
+        )
+        wheel = executor.build(job).result(timeout=300)
+        assert wheel.ok and not wheel.from_cache, wheel.reason
+        assert wheel.wheel is not None and wheel.wheel.is_relative_to(cache / "wheels")
+        assert executor.build(job).result(timeout=60).from_cache, "built once, then the cache"
+
+        artifacts = tmp_path / "runs" / "001-sample"
+        report = executor.run(
+            RunJob(
+                pypto=commit,
+                simpler=None,
+                pypto_wheel=wheel.wheel,
+                simpler_wheel=None,
+                pip_wheel=None,
+                base_image=BASE_IMAGE,
+                base_image_id=settings.base_image_id,
+                run=ExampleRun(
+                    image="",
+                    lib_dir=sample.lib,
+                    script=EXAMPLE_PATH,
+                    platform="a2a3",
+                    device="0",
+                    artifacts_dir=artifacts,
+                    passthrough=Passthrough(),
+                ),
+            )
+        ).result(timeout=300)
+    finally:
+        executor.close(cancel=True)
+        ray.shutdown()
+
+    result = report.result
+    assert result is not None and result.exit_code == 0, result
+    assert "[RUN] PASS" in result.output
+    assert result.log_path == artifacts / "log.txt" and "[RUN] PASS" in result.log_path.read_text()
+    assert list(artifacts.glob("build_output/*/kernels/aiv/*.cpp")), "generated code came back"
+    workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+    assert report.slot is not None and report.slot.node.split("/")[-1] in workers
+    assert report.slot.device == "0"
+    assert {"kernel", "driver", "npu_smi", "base_image_id"} <= set(report.facts)
