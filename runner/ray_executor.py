@@ -337,6 +337,7 @@ class RayExecutor(Executor):
         settings = prepared.settings
         address = settings.ray_address or "auto"
         logging.getLogger("ray").setLevel(logging.WARNING)
+        _check_reachable(ray, address)
         try:
             ray.init(
                 address=address,
@@ -555,6 +556,27 @@ class RayExecutor(Executor):
         finally:
             with self._lock:
                 self._tasks.pop(ref, None)
+
+
+def _check_reachable(ray: Any, address: str) -> None:
+    """Fail in seconds when nothing listens at the cluster's address: `ray.init` would retry
+    for minutes before it gives up."""
+    resolve = getattr(getattr(ray, "_private", None), "services", None)
+    try:
+        if address == "auto" and resolve is not None:
+            address = resolve.canonicalize_bootstrap_address(address) or ""
+    except Exception:
+        return  # Ray's own message is clearer than a guess here
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise InfrastructureError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+            "`ray start --head` or pass the head's --ray-address HOST:PORT"
+        ) from None
 
 
 def _cluster_messages_to_stderr(ray: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -20,16 +21,31 @@ from runner.sample.packages import EXAMPLE_PATH
 from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
 from tests.fixtures.cli import BASE_IMAGE, Cli, cli, run_args
+from tests.fixtures.ray import LOOPBACK_ONLY
 from tests.fixtures.samples import SMALL
 
 # A regression in a simpler commit inside a bump: both levels are bisected.
-RUN_SECONDS = 3  # long enough to kill a worker while its example runs
+RUN_SECONDS = 2  # long enough to kill a worker while its example runs
 TWO_LEVEL = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
 
 
 def ray_bisect(sample, work: Path, cache: Path, cluster, *extra: str, **popen) -> Cli:
     args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
     return cli(*args, *extra, "--json", env=cluster.env, **popen)
+
+
+@pytest.fixture(scope="module")
+def ray_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's cache: wheels its nodes built for one test serve the next."""
+    return tmp_path_factory.mktemp("ray-cache")
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def run_id_of(container: dict) -> str:
@@ -54,15 +70,11 @@ def test_importing_the_cli_never_imports_ray():
 
 
 def test_executor_ray_without_the_extra_says_how_to_install(sample_factory, tmp_path):
-    """Ray hidden from the import system, as in an install without the extra."""
+    """Ray blocked in the import system, as in an install without the extra."""
     sample = sample_factory(TWO_LEVEL)
     hide = (
-        "import importlib.abc, runpy, sys\n"
-        "class NoRay(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'ray' or name.startswith('ray.'):\n"
-        "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, NoRay())\n"
+        "import runpy, sys\n"
+        "sys.modules['ray'] = None  # what Python makes of a module that is not installed\n"
         "sys.argv[0] = 'bisect-precision-docker'\n"
         "runpy.run_module('runner.cli', run_name='__main__')\n"
     )
@@ -77,17 +89,35 @@ def test_executor_ray_without_the_extra_says_how_to_install(sample_factory, tmp_
 
 
 @pytest.mark.docker
+def test_a_cluster_address_nobody_answers_fails_in_seconds_with_one_line(
+    sample_factory, tmp_path, unused_port
+):
+    pytest.importorskip("ray")
+    sample = sample_factory(TWO_LEVEL)
+    address = f"127.0.0.1:{unused_port}"
+    args = run_args(sample, tmp_path / "w", tmp_path / "c", "--executor", "ray")
+    started = time.monotonic()
+
+    result = cli(*args, "--ray-address", address, env=LOOPBACK_ONLY, timeout=120)
+
+    assert result.returncode == 4
+    assert f"no Ray cluster answers at {address}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.docker
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 def test_a_two_level_regression_on_three_nodes_gives_the_local_culprits_in_fewer_rounds(
-    sample_factory, bisect, ray_cluster, tmp_path
+    sample_factory, bisect, ray_cluster, ray_cache, tmp_path
 ):
     sample = sample_factory(TWO_LEVEL)
     local = bisect(sample, workdir=tmp_path / "local")
     assert local.returncode == 0, local.stderr
 
     started = time.monotonic()
-    result = ray_bisect(sample, tmp_path / "ray", tmp_path / "ray-cache", ray_cluster)
+    result = ray_bisect(sample, tmp_path / "ray", ray_cache, ray_cluster)
     print(f"ray bisect: {time.monotonic() - started:.1f}s")
 
     assert result.returncode == 0, result.stderr
@@ -114,12 +144,12 @@ def test_a_two_level_regression_on_three_nodes_gives_the_local_culprits_in_fewer
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 def test_a_worker_killed_mid_run_changes_nothing_but_the_wall_time(
-    sample_factory, ray_cluster, docker_client, tmp_path
+    sample_factory, ray_cluster, ray_cache, docker_client, tmp_path
 ):
     sample = sample_factory(TWO_LEVEL)
     work = tmp_path / "work"
     args = run_args(
-        sample, work, tmp_path / "cache", "--executor", "ray", "--ray-address", ray_cluster.address
+        sample, work, ray_cache, "--executor", "ray", "--ray-address", ray_cluster.address
     )
     args += ["--run-env", f"SAMPLE_RUN_SECONDS={RUN_SECONDS}"]
     env = {**os.environ, "COLUMNS": "200", **ray_cluster.env}
