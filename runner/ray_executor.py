@@ -40,7 +40,7 @@ import docker.errors
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
-from runner.builders import Builder
+from runner.builders import Builder, find_builder
 from runner.devices import DeviceMode, is_simulator, passthrough
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import Cancelled, connect, remove_stale_containers
@@ -56,7 +56,7 @@ Echo = Callable[[str], None]
 INSTALL_HINT = "pip install 'bisect-precision-docker[ray]'"
 NPU = "NPU"  # Ray's resource name for Huawei Ascend cards
 TASK_RETRIES = 2  # Ray's own retries of a task whose node or worker died
-NODE_DIR_ENV = "BISECT_PRECISION_RAY_NODE_DIR"
+NODE_DIR_ENV = "BISECT_NODE_DIR"  # read on the nodes; not a driver setting
 _PROBE = ".ray-driver-{token}"  # in the cache dir: a node that sees it shares the driver's disk
 
 
@@ -177,8 +177,8 @@ def _require_image(client: Any, image_id: str, what: str) -> None:
         client.images.get(image_id)
     except docker.errors.ImageNotFound:
         raise InfrastructureError(
-            f"Ray node {node_name()} lacks the {what} ({image_id[:19]}): every node needs the "
-            "same base image (docker pull or docker load it there)"
+            f"Ray node {node_name()} lacks the {what} {image_id[:19]}: every node needs the same "
+            "base image, by id (docker pull it by digest, or docker save / docker load it)"
         ) from None
 
 
@@ -186,10 +186,17 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
     """One wheel, built in this node's Docker Engine (a Ray task)."""
     client = connect()
     shared = _shared(settings)
-    if task.builder is not None:
-        _require_image(client, task.builder.image_id, "builder image")
-    else:
-        _require_image(client, task.settings.base_image_id, "base image")
+    _require_image(client, task.settings.base_image_id, "base image")
+    builder = task.builder
+    if builder is not None:
+        here = find_builder(client, builder.key)
+        if here is None:
+            raise InfrastructureError(
+                f"Ray node {node_name()} lacks the builder image {builder.key[:12]}: run "
+                "`bisect-precision-docker builder prepare` there with the session's settings, "
+                "or docker save / docker load the image `builder ls` shows on the driver"
+            )
+        builder = replace(builder, image_id=here)
     if shared:
         cache = WheelCache(Path(settings.cache_root) / "wheels")
         ccache = Path(task.ccache_dir)
@@ -205,7 +212,7 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
         lambda dest: untar(_fetch(task.sources), dest),
         task.settings,
         ccache_dir=ccache,
-        builder=task.builder,
+        builder=builder,
         parallel=max(2, (os.cpu_count() or 2) // max(1, int(_node_cpus()))),
     )
     entry = None if shared else tar_directory(cache.entry_dir(result.key))
