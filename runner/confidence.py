@@ -17,6 +17,13 @@ The next test is the index (re-tests and endpoints included) whose outcome is ex
 the posterior's entropy most. With a deterministic example that is the plain bisection midpoint
 until one candidate is left, then a re-test or two of the boundary to reach the confidence.
 
+A culprit is reported only once both sides of its boundary reproduced: the last good and the first
+bad commit (endpoints aside) each showed their verdict ``REPLICATE`` times. One lie that steered
+the search leaves a record that is consistent with the wrong boundary and with nothing else: the
+lie sits at that boundary, and only running it again can expose it. The posterior cannot see this
+on its own, because what it believes about the flake rates comes from the very runs the lie
+left consistent.
+
 Untestable commits (a skip) are never offered again. Candidates that only untestable commits
 separate cannot be told apart by any test, so they are pooled into one block; a block that reaches
 the confidence is the old engine's ``Inconclusive`` range.
@@ -47,6 +54,8 @@ class FlakePrior:
     deterministic for a while and the search stops on a wrong culprit. A single wide Beta costs a
     deterministic example many re-tests. The mixture keeps both cheap: consistent runs quickly
     favour the first component, contradictions the second. Pseudo-counts are (errors, correct).
+    Each side learns its own rate within the shared switch, so an example that lies one way only
+    is not trusted the other way. tests/bench/bench_confidence.py measures the trade-off.
     """
 
     low: tuple[float, float] = (0.5, 12.0)
@@ -190,7 +199,8 @@ def decide(
     prior: FlakePrior | None = None,
     retest_endpoints: bool = True,
 ) -> Decision:
-    """Found / Inconclusive when one block of candidates reaches ``confidence``; else what to test.
+    """Found / Inconclusive when one block of candidates reaches ``confidence`` and its boundary
+    reproduced; else what to test.
 
     Indices 0 and ``count-1`` are the verified endpoints: the model takes them as good and bad,
     and their runs only teach it the flake rates; ``retest_endpoints=False`` never offers them
@@ -204,7 +214,10 @@ def decide(
     blocks = _blocks(count, tallies, model.posterior)
     first, last, mass = max(blocks, key=lambda b: (b[2], -b[0]))
     if mass >= confidence:
-        return Found(first) if first == last else Inconclusive(first, last)
+        unsure = _unreplicated(count, tallies, first, last, REPLICATE)
+        if not unsure:
+            return Found(first) if first == last else Inconclusive(first, last)
+        return Test((unsure[0],))
     runs = sum(t.runs for t in tallies.values())
     if budget is None:
         budget = default_budget(count)
@@ -221,6 +234,29 @@ def decide(
             covered += probs[i]
         return LowConfidence(tuple(ranked))
     return Test((pick,))
+
+
+REPLICATE = 2
+"""How many times each side of a reported boundary must have shown its verdict."""
+
+
+def _unreplicated(
+    count: int, tallies: Mapping[int, Tally], first: int, last: int, times: int
+) -> list[int]:
+    """The boundary commits of a block that have not shown their verdict ``times`` times.
+
+    The first bad commit (``last``) and the last good one (``first - 1``), endpoints excepted:
+    every hypothesis takes those as good and bad, and they were verified on their own."""
+    out = []
+    for index, verdict in ((last, "bad"), (first - 1, "good")):
+        if not 0 < index < count - 1:
+            continue
+        t = tallies.get(index, Tally())
+        if t.skip:
+            continue
+        if (t.bad if verdict == "bad" else t.good) < times:
+            out.append(index)
+    return out
 
 
 def pair_verdict(
@@ -312,6 +348,7 @@ class _Model:
         log_weights: list[float] = []
         self.fail_if_good: list[float] = []  # predictive P(fail) of an index before h
         self.fail_if_bad: list[float] = []  # predictive P(fail) of an index at or after h
+        flaky_if: list[float] = []  # P(the example is "often flaky") under h
         passes_before = fails_before = 0
         for h in range(1, count):
             passes_before += good[h - 1]
@@ -320,7 +357,7 @@ class _Model:
             fails_after = total_bad - fails_before
             # good side: errors are fails; bad side: errors are passes
             ev = prior.evidence
-            log_ml, error_good, error_bad = _sides(
+            log_ml, error_good, error_bad, flaky = _sides(
                 prior,
                 (fails_before + ev[0], passes_before + ev[1]),
                 (passes_after + ev[2], fails_after + ev[3]),
@@ -328,10 +365,12 @@ class _Model:
             log_weights.append(log_ml)
             self.fail_if_good.append(error_good)
             self.fail_if_bad.append(1 - error_bad)
+            flaky_if.append(flaky)
         top = max(log_weights)
         weights = [math.exp(w - top) for w in log_weights]
         total = sum(weights)
         self.posterior = [w / total for w in weights]
+        self.flaky = sum(p * f for p, f in zip(self.posterior, flaky_if, strict=True))
 
     def best_test(self, retest_endpoints: bool = True) -> int | None:
         """The testable index with the largest expected information gain, or None if no test
@@ -345,13 +384,14 @@ class _Model:
         ]
         if not testable:
             return None
-        # Ties (common on a fresh, flat posterior) go to the index nearest the posterior median,
-        # then to one not tested yet, then to the lower index: deterministic, so replay agrees.
+        # Ties (common on a fresh, flat posterior; gains within a thousandth of a bit count as
+        # tied) go to the index nearest the posterior median, then to one not tested yet, then to
+        # the lower index, as plain bisection would: deterministic, so replay agrees.
         median = self._median()
         best = max(
             testable,
             key=lambda i: (
-                round(gains[i], 12),
+                round(gains[i], 3),
                 -abs(i - median),
                 -self.tallies.get(i, Tally()).runs,
                 -i,
@@ -414,8 +454,9 @@ def _xlogx(x: float) -> float:
 
 def _sides(
     prior: FlakePrior, good: tuple[int, int], bad: tuple[int, int]
-) -> tuple[float, float, float]:
-    """Log marginal likelihood of both sides' runs, and each side's predictive error rate.
+) -> tuple[float, float, float, float]:
+    """Log marginal likelihood of both sides' runs, each side's predictive error rate, and the
+    posterior weight of the "often flaky" component.
 
     ``good``/``bad`` are (errors, correct) on each side. Whether the example is "rarely" or
     "often" flaky is one switch shared by both sides (each side keeps its own rate within it):
@@ -425,6 +466,7 @@ def _sides(
     parts = []
     for weight, (a, b) in ((1 - prior.high_weight, prior.low), (prior.high_weight, prior.high)):
         if weight <= 0:
+            parts.append((-math.inf, [0.0, 0.0]))
             continue
         log_ml = math.log(weight)
         rates = []
@@ -437,7 +479,7 @@ def _sides(
     total = sum(w for w, _ in scaled)
     error_good = sum(w * rates[0] for w, rates in scaled) / total
     error_bad = sum(w * rates[1] for w, rates in scaled) / total
-    return top + math.log(total), error_good, error_bad
+    return top + math.log(total), error_good, error_bad, scaled[1][0] / total
 
 
 def _log_beta(a: float, b: float) -> float:

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -243,7 +244,43 @@ def ensure_test_image(
     except OSError as exc:
         raise InfrastructureError(f"cannot read a wheel from the cache: {exc}") from exc
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # One image build at a time in this process: Docker 20.10's legacy builder loses shared
+    # layers when two builds of one base run at once, and a prefetch may be layering this
+    # very image already (then it is reused below).
+    with _BUILDS:
+        return _ensure_test_image(
+            client,
+            labels=labels,
+            tag=tag,
+            started=started,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=pypto_sha,
+            pypto_wheel=pypto_wheel,
+            simpler_sha=simpler_sha,
+            simpler_wheel=simpler_wheel,
+            log_path=log_path,
+            echo=echo,
+            pip_wheel=pip_wheel,
+        )
 
+
+def _ensure_test_image(
+    client: docker.DockerClient,
+    *,
+    labels: dict[str, str],
+    tag: str,
+    started: float,
+    base_image: str,
+    base_image_id: str,
+    pypto_sha: str,
+    pypto_wheel: Path,
+    simpler_sha: str | None,
+    simpler_wheel: Path | None,
+    log_path: Path,
+    echo: Echo | None,
+    pip_wheel: Path | None,
+) -> TestImage:
     existing = find_test_image(client, labels)
     if existing is not None:
         _ensure_tag(client, existing, tag)
@@ -295,6 +332,10 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
             image.tag(repository, version)
     except docker.errors.DockerException as exc:
         raise InfrastructureError(f"cannot tag image {image_id[:19]} as {tag}: {exc}") from exc
+
+
+_BUILDS = threading.Lock()
+_RUN_FAILED = "returned a non-zero code"  # the legacy builder's message for a failing RUN
 
 
 @dataclass
@@ -427,8 +468,11 @@ def _build(
     lines, step = streamed.lines, streamed.step
     tail = _tail(lines)
     failed_wheel = None
+    # Only pip's own failure blames a wheel; an engine error in that step (a lost layer, a
+    # full disk) says nothing about the commit.
+    pip_failed = _RUN_FAILED in (streamed.error or "")
     for candidate in (simpler, pypto):
-        if candidate and "pip install" in step and candidate[1] in step:
+        if candidate and pip_failed and "pip install" in step and candidate[1] in step:
             failed_wheel = candidate
     out_of_space = "no space left on device" in tail.lower()
     if failed_wheel is not None and not out_of_space:

@@ -259,23 +259,25 @@ def _worst_case(lo: int, hi: int, pick: int) -> int:
 def _quantile_picks(posterior: Belief, first: int, k: int) -> tuple[int, ...]:
     """k indices that cut the posterior over the first bad commit into k + 1 equal parts.
 
-    Testing index i tells hypotheses h <= i (i is bad) from h > i (i is good), so the cut at
-    mass j/(k+1) is the smallest i whose cumulative probability reaches it. On a deterministic
-    example this is the plain k-way split; with flakes the cuts crowd the likely boundary and
-    may repeat a tested commit, which is what a noisy test needs. The single best pick
-    (`first`) leads when it re-tests an endpoint: the flake rates are still unknown.
+    Testing index i tells hypotheses h <= i (i is bad) from h > i (i is good), so the cut
+    nearest mass j/(k+1) is the index whose cumulative probability is closest to it. On a
+    deterministic example this is the plain k-way split; with flakes the cuts crowd the likely
+    boundary and may repeat a tested commit, which is what a noisy test needs. The single best
+    pick (`first`) leads when it re-tests an endpoint: the flake rates are still unknown.
     """
     probabilities = posterior.probabilities
     count = len(probabilities)
     picks: list[int] = [first] if first in (0, count - 1) else []
-    cumulative = 0.0
-    cut = 1
-    for index in range(1, count):
-        cumulative += probabilities[index]
-        while cut <= k and cumulative >= cut / (k + 1) - 1e-12:
-            if index not in picks and index < count - 1:
-                picks.append(index)
-            cut += 1
+    cumulative = []
+    total = 0.0
+    for index in range(count - 1):  # testing the bad endpoint splits nothing
+        total += probabilities[index]
+        cumulative.append((index, total))
+    for cut in range(1, k + 1):
+        target = cut / (k + 1)
+        index, _ = min(cumulative, key=lambda c: (abs(c[1] - target), c[0]))
+        if index > 0 and index not in picks:
+            picks.append(index)
     # A posterior piled on one boundary gives fewer distinct cuts than devices: fill with the
     # best single pick, then both sides of the likeliest boundaries (last good, first bad).
     fill = [first]
@@ -454,7 +456,7 @@ class Session:
             self.events.attempt_done(attempt, reused=False, subject=subject)
 
         run_round = getattr(self.tester, "test_round", None)
-        if run_round is not None and len(requests) > 1:
+        if run_round is not None:
             return list(run_round(requests, done))
         attempts = []
         for request in requests:
@@ -531,10 +533,15 @@ class Session:
             ]
             if short:
                 return Test(tuple(short[:k]))
-            step = next_step(count, complete, parallel=k)
-            if isinstance(step, Test) and k == 1:
-                return Test((self._cache_aware(result, complete, step.indices[0]),))
-            return step
+            # New commits with all their runs in the round: k // repeat of them (at least one).
+            step = next_step(count, complete, parallel=max(1, k // self.repeat))
+            if not isinstance(step, Test):
+                return step
+            indices = step.indices
+            if len(indices) == 1:
+                indices = (self._cache_aware(result, complete, indices[0]),)
+            runs = [i for i in indices for _ in range(self.repeat - len(observations.get(i, [])))]
+            return Test(tuple(runs[:k]))
         step = decide(
             count,
             observations,

@@ -1,0 +1,220 @@
+"""The local executor: build slots with priorities, one build per cache key, cancellation, and a
+pool of device slots; all with real containers on the real Docker Engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from runner.execute import LABEL, Cancelled, ExampleRun
+from runner.executor import (
+    BuildJob,
+    LocalExecutor,
+    RunJob,
+    Slot,
+    build_parallelism,
+    default_build_jobs,
+)
+from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
+from runner.wheels import BuildSettings, WheelCache
+from tests.test_wheels import Sources, assert_no_leftover_build_dirs, pypto_source
+
+pytestmark = pytest.mark.docker
+
+
+def sleeper(seconds: float, started: list[str], name: str) -> Sources:
+    """A package whose build takes `seconds` (its setup.py sleeps) and says when it starts."""
+
+    def write(dest: Path) -> None:
+        started.append(name)
+        write_pypto(dest, revision=1)
+        setup = dest / "setup.py"
+        body = setup.read_text() if setup.exists() else "from setuptools import setup\nsetup()\n"
+        setup.write_text(f"import time\ntime.sleep({seconds})\n" + body)
+
+    return Sources(write)
+
+
+@pytest.fixture
+def settings(base_image: str, setuptools_builder: str) -> BuildSettings:
+    return BuildSettings(base_image=base_image, base_image_id=setuptools_builder, timeout=300)
+
+
+def job(package: str, commit: str, source, settings, tmp_path: Path, **kw) -> BuildJob:
+    return BuildJob(
+        package=package,
+        commit=commit,
+        prepare=source,
+        settings=settings,
+        builder=None,
+        ccache_dir=tmp_path / "ccache",
+        **kw,
+    )
+
+
+def build_containers(client: docker.DockerClient, commit: str) -> list:
+    return client.containers.list(
+        all=True,
+        filters={"label": [f"{LABEL}=1", f"{LABEL}.kind=wheel-build", f"{LABEL}.commit={commit}"]},
+    )
+
+
+def test_default_build_jobs_follow_cores_and_memory():
+    assert default_build_jobs(cores=2, memory_gib=24) == 2
+    assert default_build_jobs(cores=2, memory_gib=4) == 1  # one build's peak is all there is
+    assert default_build_jobs(cores=192, memory_gib=1536) == 24
+    assert build_parallelism(2, cores=2) == 2
+    assert build_parallelism(24, cores=192) == 8
+
+
+def test_one_build_per_cache_key_and_needed_builds_overtake_speculative_ones(
+    docker_client, settings, tmp_path
+):
+    cache = WheelCache(tmp_path / "wheels")
+    started: list[str] = []
+    with LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=1) as executor:
+        first = executor.build(
+            job("pypto", "a" * 40, sleeper(3, started, "a"), settings, tmp_path, speculative=True)
+        )
+        time.sleep(1.0)  # "a" holds the only build slot now
+        ahead = executor.build(
+            job("pypto", "b" * 40, sleeper(0, started, "b"), settings, tmp_path, speculative=True)
+        )
+        needed = executor.build(
+            job("pypto", "c" * 40, sleeper(0, started, "c"), settings, tmp_path)
+        )
+        twice = executor.build(
+            job("pypto", "c" * 40, sleeper(0, started, "c2"), settings, tmp_path)
+        )
+        results = [f.result(timeout=600) for f in (first, ahead, needed, twice)]
+
+    assert twice is needed
+    assert all(r.ok for r in results)
+    assert started == ["a", "c", "b"]  # the needed build went before the queued speculative one
+    assert_no_leftover_build_dirs(cache)
+
+
+def test_a_needed_build_joins_a_speculative_one_already_running(docker_client, settings, tmp_path):
+    cache = WheelCache(tmp_path / "wheels")
+    started: list[str] = []
+    with LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=2) as executor:
+        ahead = executor.build(
+            job("pypto", "d" * 40, sleeper(2, started, "d"), settings, tmp_path, speculative=True)
+        )
+        time.sleep(0.5)
+        needed = executor.build(
+            job("pypto", "d" * 40, sleeper(0, started, "d2"), settings, tmp_path)
+        )
+        assert needed is ahead
+        assert needed.result(timeout=600).ok
+    assert started == ["d"]
+
+
+def test_closing_stops_speculative_builds_and_caches_nothing_half_written(
+    docker_client, settings, tmp_path
+):
+    cache = WheelCache(tmp_path / "wheels")
+    started: list[str] = []
+    executor = LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=1)
+    running = executor.build(
+        job("pypto", "e" * 40, sleeper(600, started, "e"), settings, tmp_path, speculative=True)
+    )
+    queued = executor.build(
+        job("pypto", "f" * 40, sleeper(0, started, "f"), settings, tmp_path, speculative=True)
+    )
+    deadline = time.monotonic() + 120
+    while not build_containers(docker_client, "e" * 40) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert build_containers(docker_client, "e" * 40), "the speculative build never started"
+
+    began = time.monotonic()
+    executor.close(cancel=False)  # the session ended: nobody needs them any more
+
+    assert time.monotonic() - began < 30
+    for future in (running, queued):
+        with pytest.raises(Cancelled):
+            future.result(timeout=5)
+    assert started == ["e"]
+    assert cache.entries() == []
+    assert_no_leftover_build_dirs(cache)
+    assert build_containers(docker_client, "e" * 40) == []
+
+
+def test_a_retired_device_leaves_the_pool_but_the_last_one_stays(docker_client, tmp_path):
+    cache = WheelCache(tmp_path / "wheels")
+    zero, one = Slot("0"), Slot("1")
+    notes: list[str] = []
+    with LocalExecutor(docker_client, cache, [zero, one], echo=notes.append) as executor:
+        executor.retire(one, "aclInit failed")
+        assert list(executor.slots) == [zero]
+        executor.retire(zero, "aclInit failed")
+        assert list(executor.slots) == [zero]
+    assert notes == ["device 1 taken out of the pool: aclInit failed"]
+
+
+def test_runs_share_the_device_slots_one_run_per_slot(
+    docker_client, base_image, settings, tmp_path
+):
+    """Three runs on two slots: each slot used, each run told which device it got."""
+    cache = WheelCache(tmp_path / "wheels")
+    lib = tmp_path / "lib"
+    write_lib(lib)
+    with LocalExecutor(docker_client, cache, [Slot("0"), Slot("1")], build_jobs=1) as executor:
+        wheel = executor.build(job("pypto", "1" * 40, pypto_source(1), settings, tmp_path)).result(
+            timeout=600
+        )
+        assert wheel.ok
+        runs = [
+            executor.run(
+                RunJob(
+                    pypto="1" * 40,
+                    simpler=None,
+                    pypto_wheel=wheel.wheel,
+                    simpler_wheel=None,
+                    pip_wheel=None,
+                    base_image=base_image,
+                    base_image_id=settings.base_image_id,
+                    run=ExampleRun(
+                        image="",
+                        lib_dir=lib,
+                        script=EXAMPLE_PATH,
+                        platform="a2a3sim",
+                        device="",
+                        artifacts_dir=tmp_path / f"run{i}",
+                        passthrough=Slot("0").passthrough,
+                        timeout=300,
+                    ),
+                )
+            )
+            for i in range(3)
+        ]
+        reports = [r.result(timeout=600) for r in runs]
+    assert {r.slot.device for r in reports} == {"0", "1"}
+    for report in reports:
+        assert report.result is not None and report.result.exit_code is not None
+
+
+def test_a_run_waiting_for_a_device_stops_when_the_session_is_cancelled(docker_client, tmp_path):
+    cache = WheelCache(tmp_path / "wheels")
+    executor = LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=1)
+    pool = executor._pool
+    slot = pool.take(threading.Event())  # the only device is busy
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            pool.take(stop)
+        except Cancelled as exc:
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    executor.close(cancel=True)
+    waiter.join(timeout=10)
+    pool.give_back(slot)
+    assert not waiter.is_alive() and len(errors) == 1

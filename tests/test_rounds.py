@@ -1,0 +1,200 @@
+"""Rounds of several tests at once, speculative prefetch and cache-aware pivots, decided by the
+session on real sample histories (the tester answers from the spec, as in test_session.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from runner.confidence import Belief, belief
+from runner.ledger import Attempt
+from runner.sample.histories import Sample, SampleSpec, make_sample
+from runner.search import _split
+from runner.session import Request, _outcomes, _quantile_picks, _worst_case
+from tests.test_session import EXTRA, SMALL, SpecTester, bisect, expected_outcome, sample_specs
+
+
+class RoundTester(SpecTester):
+    """The spec's answers, `parallel` at a time; remembers rounds, prefetches and cache asks."""
+
+    def __init__(self, sample: Sample, parallel: int, cached: Sequence[int] = (), **kw) -> None:
+        super().__init__(sample, **kw)
+        self.parallel = parallel
+        self.rounds: list[list[tuple[str, str, str | None]]] = []
+        self.prefetched: list[list[tuple[str, str | None]]] = []
+        self.cached_pypto = {sample.pypto_shas[i] for i in cached}
+
+    def test_round(
+        self, requests: Sequence[Request], done: Callable[[Attempt], None] | None = None
+    ) -> list[Attempt]:
+        assert len(requests) <= self.parallel
+        self.rounds.append([(r.level, r.pypto, r.simpler) for r in requests])
+        attempts = []
+        for request in requests:
+            attempt = self.test(request.level, request.pypto, request.simpler)
+            if done is not None:
+                done(attempt)
+            attempts.append(attempt)
+        return attempts
+
+    def prefetch(self, pairs: Sequence[tuple[str, str | None]]) -> int:
+        self.prefetched.append(list(pairs))
+        return len(pairs)
+
+    def cached(self, pypto: str, simpler: str | None) -> bool:
+        return pypto in self.cached_pypto
+
+
+def flat(count: int) -> Belief:
+    return belief(count, {})
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("count", [5, 9, 30, 101])
+def test_quantile_cuts_of_a_fresh_posterior_split_as_well_as_the_plain_k_way_split(count, k):
+    def largest_part(cuts: Sequence[int]) -> int:
+        """Hypotheses (first bad = 1..count-1) left in the worst outcome of testing `cuts`."""
+        edges = [0, *sorted(cuts), count - 1]
+        return max(b - a for a, b in itertools.pairwise(edges))
+
+    picks = _quantile_picks(flat(count), first=count // 2, k=k)
+    open_ = tuple(range(1, count - 1))
+    inside = [i for i in picks if i in open_]
+    assert len(set(picks)) == len(picks) <= k
+    assert len(inside) == min(k, len(open_))  # a spare device may re-test an endpoint
+    assert largest_part(inside) == largest_part(_split(open_, k))
+
+
+def test_outcomes_of_a_round_are_the_monotone_ones_middle_first():
+    outcomes = _outcomes((7, 3))
+    assert len(outcomes) == 3
+    assert {tuple(v.value for v in o) for o in outcomes} == {
+        ("bad", "bad"),
+        ("bad", "good"),
+        ("good", "good"),
+    }
+    # (3 good, 7 bad) is the middle boundary: it comes first
+    assert tuple(v.value for v in outcomes[0]) == ("bad", "good")
+
+
+def test_the_worst_case_counts_the_larger_side():
+    assert _worst_case(0, 8, 4) == 1 + 2  # 3 untested on either side
+    assert _worst_case(0, 8, 3) == 1 + 3  # 4 untested above
+    assert _worst_case(0, 9, 4) == _worst_case(0, 9, 5)  # both leave at most 4
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_pypto_regression_on_k_devices_takes_about_log_k_plus_1_rounds(sample_factory, k):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 26}, bumps=((4, 4),), pypto_regression_at=17)
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=k)
+
+    outcome, _ = bisect(sample, tester=tester)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[17]
+    plain = math.ceil(math.log(26, k + 1))
+    # endpoints (a round each) and the confidence re-tests come on top, as with one device
+    assert outcome.pypto.rounds <= plain + 2 + EXTRA
+    one, _ = bisect(sample, tester=RoundTester(sample, parallel=1))
+    assert outcome.pypto.rounds < one.pypto.rounds
+    assert all(len(r) <= k for r in tester.rounds)
+    assert any(len(r) == k for r in tester.rounds)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=sample_specs())
+def test_any_monotone_history_on_two_devices_gives_the_brute_force_answer(spec):
+    bad = [spec.bad(i) for i in range(spec.pypto_commits + 1)]
+    assume(not bad[0] and bad[-1])
+    assume(bad == sorted(bad))
+    with tempfile.TemporaryDirectory() as tmp:
+        sample = make_sample(Path(tmp), spec)
+        outcome, _ = bisect(sample, tester=RoundTester(sample, parallel=2))
+
+    source, culprit, state = expected_outcome(spec)
+    assert outcome.pypto.first_bad == sample.pypto_shas[culprit]
+    assert outcome.source == source
+    if state is not None:
+        assert outcome.simpler.first_bad == sample.simpler_shas[state]
+
+
+def test_a_flaky_example_on_two_devices_still_finds_both_culprits(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+    right = 0
+    for seed in range(10):
+        tester = RoundTester(sample, parallel=2, false_fail=0.1, false_pass=0.1, seed=seed)
+        outcome, _ = bisect(sample, tester=tester)
+        right += (
+            outcome.exit_code == 0
+            and outcome.pypto.first_bad == sample.pypto_shas[4]
+            and outcome.simpler_culprit == sample.simpler_shas[4]
+        )
+        if outcome.exit_code == 0:
+            assert outcome.pypto.probability >= 0.95
+    assert right >= 9
+
+
+def test_fixed_repeats_fill_a_round_with_the_runs_a_commit_still_lacks(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    tester = RoundTester(sample, parallel=3)
+
+    outcome, _ = bisect(sample, tester=tester, repeat=3, policy="majority")
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    runs = [tester.tested.count(pair) for pair in set(tester.tested)]
+    assert runs and all(n >= 3 for n in runs)
+    # every commit's three runs share one round
+    assert any(len(set(r)) == 1 and len(r) == 3 for r in tester.rounds)
+
+
+def test_while_a_round_runs_both_next_pivots_are_prefetched_first(sample_factory):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 16}, bumps=((4, 4),), pypto_regression_at=11)
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=1)
+
+    bisect(sample, tester=tester, verify=False)
+
+    first_round = tester.rounds[0]
+    tested = sample.pypto_shas.index(first_round[0][1])
+    prefetched = [sample.pypto_shas.index(p) for p, _ in tester.prefetched[0]]
+    below, above = (0 + tested) // 2, (tested + 16) // 2
+    assert set(prefetched[:2]) <= set(range(below - 1, below + 2)) | set(
+        range(above - 1, above + 2)
+    )
+    assert len(set(prefetched[:2])) == 2
+    assert prefetched[0] < tested < prefetched[1] or prefetched[1] < tested < prefetched[0]
+    assert len(prefetched) >= 4  # then the round after those
+
+
+def test_a_cached_neighbour_of_the_pivot_is_tested_when_it_costs_no_worst_case_step(
+    sample_factory,
+):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 9}, bumps=((4, 4),), pypto_regression_at=7)
+    sample = sample_factory(spec)
+    # candidates 0..9: first pivot 4; 3 and 5 leave the same worst case (4 untested at most)
+    plain = RoundTester(sample, parallel=1)
+    bisect(sample, tester=plain, verify=False)
+    assert sample.pypto_shas.index(plain.rounds[0][0][1]) == 4
+
+    with_cache = RoundTester(sample, parallel=1, cached=[5])
+    outcome, _ = bisect(sample, tester=with_cache, verify=False)
+
+    assert sample.pypto_shas.index(with_cache.rounds[0][0][1]) == 5
+    assert outcome.pypto.first_bad == sample.pypto_shas[7]
+
+
+def test_a_cached_neighbour_that_would_cost_a_worst_case_step_is_not_taken(sample_factory):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 8}, bumps=((4, 4),), pypto_regression_at=6)
+    sample = sample_factory(spec)
+    # candidates 0..8: pivot 4 leaves 3 on each side; 3 or 5 would leave 4 (one step more)
+    tester = RoundTester(sample, parallel=1, cached=[3, 5])
+
+    bisect(sample, tester=tester, verify=False)
+
+    assert sample.pypto_shas.index(tester.rounds[0][0][1]) == 4
