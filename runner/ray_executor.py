@@ -29,6 +29,7 @@ import socket
 import tarfile
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,6 +57,8 @@ Echo = Callable[[str], None]
 INSTALL_HINT = "pip install 'bisect-precision-docker[ray]'"
 NPU = "NPU"  # Ray's resource name for Huawei Ascend cards
 TASK_RETRIES = 2  # Ray's own retries of a task whose node or worker died
+STARVED_S = 60.0  # how long a task may wait while no live node could ever take it
+_POLL_S = 2.0
 NODE_DIR_ENV = "BISECT_NODE_DIR"  # read on the nodes; not a driver setting
 _PROBE = ".ray-driver-{token}"  # in the cache dir: a node that sees it shares the driver's disk
 
@@ -314,6 +317,7 @@ class RayExecutor(Executor):
         client: Any = None,
         echo: Echo | None = None,
         owns_connection: bool = False,
+        starved_s: float = STARVED_S,
     ) -> None:
         self.ray = ray
         self.cache = cache
@@ -321,10 +325,11 @@ class RayExecutor(Executor):
         self.client = client  # the driver's engine, for the last sweep of orphaned containers
         self.echo = echo
         self._owns = owns_connection
+        self._starved_s = starved_s
         self._lock = threading.Lock()
         self._builds: dict[str, Future[WheelResult]] = {}
         self._speculative: dict[str, bool] = {}
-        self._tasks: dict[Any, bool] = {}  # in-flight ObjectRef -> speculative
+        self._tasks: dict[Any, str | None] = {}  # in-flight ObjectRef -> build key (None: run)
         self._refs: dict[str, list[Any]] = {}  # driver path -> [ObjectRef]
         self._retired: dict[tuple[str, str], str] = {}
         self._closed = False
@@ -449,7 +454,11 @@ class RayExecutor(Executor):
     def close(self, *, cancel: bool) -> None:
         with self._lock:
             self._closed = True
-            doomed = [ref for ref, speculative in self._tasks.items() if cancel or speculative]
+            doomed = [
+                ref
+                for ref, key in self._tasks.items()
+                if cancel or (key is not None and self._speculative.get(key, False))
+            ]
         for ref in doomed:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref)
@@ -485,7 +494,7 @@ class RayExecutor(Executor):
         built: _Built = self._wait(
             self._build_task.remote(task, self.settings),
             f"the {job.package} build of {job.commit[:12]}",
-            speculative=self._speculative.get(key, job.speculative),
+            key=key,
         )
         if built.entry is None:  # built into the shared cache
             return built.result
@@ -518,7 +527,7 @@ class RayExecutor(Executor):
         ran: _Ran = self._wait(
             self._run_task.remote(_RunOnNode(job=job, files=files), self.settings),
             f"the example run of {job.pypto[:12]}",
-            speculative=False,
+            key=None,
         )
         artifacts = job.run.artifacts_dir
         untar(ran.artifacts, artifacts)
@@ -527,6 +536,31 @@ class RayExecutor(Executor):
         if result is not None:
             result = replace(result, log_path=artifacts / result.log_path.name)
         return replace(report, result=result, facts=dict(ran.facts))
+
+    def _until_done(self, ref: Any, what: str, *, run: bool) -> None:
+        """Wait for the task, but not for ever when no live node can take it any more (every
+        NPU node gone): Ray would keep it pending until one joins."""
+        starved: float | None = None
+        while not self.ray.wait([ref], timeout=min(_POLL_S, self._starved_s))[0]:
+            if self._feasible(run):
+                starved = None
+                continue
+            starved = starved or time.monotonic()
+            if time.monotonic() - starved >= self._starved_s:
+                with contextlib.suppress(Exception):
+                    self.ray.cancel(ref, force=True)
+                need = "CPU" if not run or is_simulator(self.settings.platform) else NPU
+                raise InfrastructureError(
+                    f"{what} waited {self._starved_s:g}s for a Ray node with {need}, and none "
+                    "is left in the cluster; start one (`ray start --address ...`) and run again"
+                )
+
+    def _feasible(self, run: bool) -> bool:
+        resources = self.ray.cluster_resources()
+        if run and not is_simulator(self.settings.platform):
+            return resources.get(NPU, 0) >= self.settings.cards_per_test
+        needed = (self.settings.cpus or 1) if run else 1
+        return resources.get("CPU", 0) >= needed
 
     def _shipped(self, path: Path, *, directory: bool) -> list[Any]:
         """An object-store copy of a driver file, made once; nodes fetch it only if they must."""
@@ -540,11 +574,12 @@ class RayExecutor(Executor):
                 ref = self._refs.setdefault(key, ref)
         return ref
 
-    def _wait(self, ref: Any, what: str, *, speculative: bool) -> Any:
+    def _wait(self, ref: Any, what: str, *, key: str | None) -> Any:
         ray = self.ray
         with self._lock:
-            self._tasks[ref] = speculative
+            self._tasks[ref] = key
         try:
+            self._until_done(ref, what, run=key is None)
             return ray.get(ref)
         except ray.exceptions.TaskCancelledError:
             raise Cancelled(f"{what} was stopped: the session no longer needs it") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.devices import Passthrough
+from runner.errors import InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
 from runner.executor import BuildJob, RunJob
 from runner.ray_executor import NodeSettings, RayExecutor
@@ -30,9 +31,9 @@ RUN_SECONDS = 2  # long enough to kill a worker while its example runs
 TWO_LEVEL = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
 
 
-def ray_bisect(sample, work: Path, cache: Path, cluster, *extra: str, **popen) -> Cli:
+def ray_bisect(sample, work: Path, cache: Path, cluster) -> Cli:
     args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
-    return cli(*args, *extra, "--json", env=cluster.env, **popen)
+    return cli(*args, "--json", env=cluster.env)
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,31 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def in_process_executor(cluster, cache: Path, **node: object) -> RayExecutor:
+    """This test process as the driver, with the settings of the CLI tests (NPU, /dev/null)."""
+    import ray
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    settings = {
+        "platform": "a2a3",
+        "device_mode": "explicit",
+        "device_map": ("/dev/null:/dev/davinci0",),
+        "cards_per_test": 1,
+        "cpus": None,
+        "cache_root": str(cache),
+        "probe": str(cache / "probe"),
+        **node,
+    }
+    starved = settings.pop("starved_s", 60.0)
+    return RayExecutor(
+        ray,
+        WheelCache(cache / "wheels"),
+        NodeSettings(**settings),
+        owns_connection=True,
+        starved_s=starved,
+    )
 
 
 def run_id_of(container: dict) -> str:
@@ -208,8 +234,6 @@ def test_a_worker_killed_mid_run_changes_nothing_but_the_wall_time(
 def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_through_ray(
     sample_factory, ray_cluster, base_image, docker_client, builder_for_setuptools, tmp_path
 ):
-    import ray
-
     sample = sample_factory(TWO_LEVEL)
     commit = sample.pypto_shas[0]
     cache = tmp_path / "cache"
@@ -217,21 +241,7 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
     settings = BuildSettings(
         base_image=BASE_IMAGE, base_image_id=docker_client.images.get(BASE_IMAGE).id
     )
-    ray.init(address=ray_cluster.address, log_to_driver=False)
-    executor = RayExecutor(
-        ray,
-        WheelCache(cache / "wheels"),
-        NodeSettings(
-            platform="a2a3",
-            device_mode="explicit",
-            device_map=("/dev/null:/dev/davinci0",),
-            cards_per_test=1,
-            cpus=None,
-            cache_root=str(cache),
-            probe=str(cache / "probe"),
-            shared=False,
-        ),
-    )
+    executor = in_process_executor(ray_cluster, cache, shared=False)
     try:
         assert len(executor.slots) == 2
         job = BuildJob(
@@ -270,7 +280,6 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
         ).result(timeout=300)
     finally:
         executor.close(cancel=True)
-        ray.shutdown()
 
     result = report.result
     assert result is not None and result.exit_code == 0, result
@@ -281,3 +290,36 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
     assert report.slot is not None and report.slot.node.split("/")[-1] in workers
     assert report.slot.device == "0"
     assert {"kernel", "driver", "npu_smi", "base_image_id"} <= set(report.facts)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_no_live_node_can_take_fails_as_infrastructure_instead_of_waiting_for_ever(
+    ray_cluster, tmp_path
+):
+    wheel = tmp_path / "pypto-0-py3-none-any.whl"
+    wheel.write_bytes(b"never installed: no node can take the run")
+    executor = in_process_executor(ray_cluster, tmp_path / "cache", cards_per_test=3, starved_s=2)
+    job = RunJob(
+        pypto="0" * 40,
+        simpler=None,
+        pypto_wheel=wheel,
+        simpler_wheel=None,
+        pip_wheel=None,
+        base_image=BASE_IMAGE,
+        base_image_id="sha256:" + "0" * 64,
+        run=ExampleRun(
+            image="",
+            lib_dir=tmp_path,
+            script=EXAMPLE_PATH,
+            platform="a2a3",
+            device="0",
+            artifacts_dir=tmp_path / "runs" / "001",
+            passthrough=Passthrough(),
+        ),
+    )
+    try:
+        assert executor.slots == [], "two cards in the cluster, three per test"
+        with pytest.raises(InfrastructureError, match="waited 2s for a Ray node with NPU"):
+            executor.run(job).result(timeout=60)
+    finally:
+        executor.close(cancel=True)
