@@ -102,7 +102,6 @@ class _BuildOnNode:
 class _Built:
     result: WheelResult
     entry: bytes | None  # the cache entry as a tarball when the node built into its own cache
-    node: str
 
 
 @dataclass
@@ -219,7 +218,7 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
         parallel=max(2, (os.cpu_count() or 2) // max(1, int(_node_cpus()))),
     )
     entry = None if shared else tar_directory(cache.entry_dir(result.key))
-    return _Built(result=result, entry=entry, node=node_name())
+    return _Built(result=result, entry=entry)
 
 
 def _node_cpus() -> float:
@@ -351,12 +350,9 @@ class RayExecutor(Executor):
         logging.getLogger("ray").setLevel(logging.WARNING)
         _check_reachable(ray, address)
         try:
-            ray.init(
-                address=address,
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-                runtime_env={"py_modules": [str(Path(__file__).parent)]},
-            )
+            # The nodes run their own installation of this package (the same version): shipping
+            # `runner` as a py_module would leave its Dockerfile templates behind.
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InfrastructureError(

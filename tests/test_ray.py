@@ -17,7 +17,7 @@ from runner.devices import Passthrough
 from runner.errors import InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
 from runner.executor import BuildJob, RunJob
-from runner.ray_executor import NodeSettings, RayExecutor
+from runner.ray_executor import NODE_DIR_ENV, NodeSettings, RayExecutor
 from runner.sample.histories import SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from runner.sources import SourceExporter
@@ -48,6 +48,26 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def start_driver(sample, work: Path, cache: Path, cluster) -> subprocess.Popen:
+    """`run --executor ray` in the background, each example taking RUN_SECONDS."""
+    args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
+    args += ["--run-env", f"SAMPLE_RUN_SECONDS={RUN_SECONDS}", "--json"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **cluster.env},
+    )
+
+
+def recorded(work: Path) -> list[dict]:
+    try:
+        return json.loads((work / "ledger.json").read_text())["attempts"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
 
 
 def in_process_executor(cluster, cache: Path, **node: object) -> RayExecutor:
@@ -176,18 +196,7 @@ def test_a_worker_killed_mid_run_changes_nothing_but_the_wall_time(
 ):
     sample = sample_factory(TWO_LEVEL)
     work = tmp_path / "work"
-    args = run_args(
-        sample, work, ray_cache, "--executor", "ray", "--ray-address", ray_cluster.address
-    )
-    args += ["--run-env", f"SAMPLE_RUN_SECONDS={RUN_SECONDS}"]
-    env = {**os.environ, "COLUMNS": "200", **ray_cluster.env}
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "runner.cli", *args, "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    driver = start_driver(sample, work, ray_cache, ray_cluster)
     killed = lost_run = None
     started = time.monotonic()
     try:
@@ -227,6 +236,41 @@ def test_a_worker_killed_mid_run_changes_nothing_but_the_wall_time(
         if any(str(m["Source"]).endswith(lost_run) for m in c["Mounts"])
     ]
     assert leftovers == [], "the container of the lost run was removed too"
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_driver_killed_mid_run_resumes_on_the_cluster_without_redoing_what_it_recorded(
+    sample_factory, ray_cluster, ray_cache, docker_client, tmp_path
+):
+    sample = sample_factory(TWO_LEVEL)
+    work = tmp_path / "work"
+    driver = start_driver(sample, work, ray_cache, ray_cluster)
+    try:
+        deadline = time.monotonic() + 300
+        while len(recorded(work)) < 3 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        driver.kill()  # SIGKILL: no cleanup of its own, its Ray tasks die with it
+        driver.communicate()
+    before = recorded(work)
+    assert len(before) >= 3, "the driver was killed before it recorded three attempts"
+
+    result = ray_bisect(sample, work, ray_cache, ray_cluster)
+
+    assert result.returncode == 0, result.stderr
+    assert culprits(result.json()) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
+    after = recorded(work)
+    assert after[: len(before)] == before, "what the killed driver recorded is kept as it was"
+    assert len({a["run_id"] for a in after}) == len(after)
+    nodes = os.environ[NODE_DIR_ENV]  # where this cluster's nodes run examples from
+    orphans = [
+        c["Names"]
+        for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+        if any(str(m["Source"]).startswith(nodes) for m in c["Mounts"])
+    ]
+    assert orphans == [], "the containers of the killed driver's tasks were removed"
 
 
 @pytest.mark.docker
