@@ -26,8 +26,8 @@ from tests.fixtures.cli import BASE_IMAGE, Cli, cli, run_args
 from tests.fixtures.ray import LOOPBACK_ONLY
 from tests.fixtures.samples import SMALL
 
-# A regression in a simpler commit inside a bump: both levels are bisected.
 RUN_SECONDS = 2  # long enough to kill a worker while its example runs
+# A regression in a simpler commit inside a bump: both levels are bisected.
 TWO_LEVEL = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
 
 
@@ -116,6 +116,7 @@ def test_importing_the_cli_never_imports_ray():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.docker
 def test_executor_ray_without_the_extra_says_how_to_install(sample_factory, tmp_path):
     """Ray blocked in the import system, as in an install without the extra."""
     sample = sample_factory(TWO_LEVEL)
