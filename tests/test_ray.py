@@ -173,6 +173,7 @@ def test_a_two_level_regression_on_three_nodes_gives_the_local_culprits_in_fewer
     report, baseline = result.json(), local.json()
     assert culprits(report) == culprits(baseline)
     assert culprits(report) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
+    print(f"rounds: local {rounds(baseline)}, ray {rounds(report)}")
     assert rounds(report) < rounds(baseline)
     workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
     for step in report["steps"]:
