@@ -44,8 +44,9 @@ from packaging.utils import (
 from packaging.version import Version
 
 from runner.config import BuildPin
+from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, ContainerSpec, run_container
+from runner.execute import KIND_LABEL, LABEL, run_container
 from runner.images import base_user, build_image, render_template
 from runner.wheels import write_json_atomic
 

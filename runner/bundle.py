@@ -16,7 +16,6 @@ import gzip
 import json
 import shlex
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,8 +25,9 @@ import docker
 import docker.errors
 
 import runner
-from runner import __version__
+from runner import __version__, gitcmd
 from runner.config import Settings
+from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import (
     KIND_LABEL,
@@ -35,7 +35,6 @@ from runner.execute import (
     LIB_MOUNT,
     OWNER_LABEL,
     RUN_MOUNT,
-    ContainerSpec,
     ExampleRun,
     example_container,
 )
@@ -247,10 +246,8 @@ def _copy_lib(lib: Path, into: Path) -> None:
     untracked, ignored files left out), else the whole tree without caches and build output."""
     listed = None
     if (lib / ".git").exists():  # not a directory inside some other repository's work tree
-        listed = subprocess.run(
-            ["git", "-C", str(lib), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=False,
+        listed = gitcmd.run(
+            ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=lib
         )
     if listed is not None and listed.returncode == 0:
         for name in filter(None, listed.stdout.decode().split("\0")):

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from runner.containers import Mount
 from runner.errors import BadInput
-from runner.execute import Mount
 
 DeviceMode = Literal["explicit", "privileged", "ascend-runtime"]
 DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)

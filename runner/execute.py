@@ -26,12 +26,12 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
+from runner.containers import ContainerResult, ContainerSpec, Mount
+from runner.devices import Passthrough
 from runner.errors import BadInput, InfrastructureError
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
-
-    from runner.devices import Passthrough
 
 LABEL = "bisect-precision-docker"
 OWNER_LABEL = "bisect-precision-docker.owner"  # host:pid, for people and `docker ps --filter`
@@ -50,46 +50,6 @@ _ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, request
 
 class Cancelled(Exception):
     """A container was stopped because its result is no longer wanted (never a verdict)."""
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount; read-only unless the container must write there."""
-
-    host: str
-    container: str
-    read_only: bool = True
-
-
-@dataclass
-class ContainerSpec:
-    """Everything Docker needs for one container, with safe defaults (no network, no devices)."""
-
-    image: str
-    # The command only: never override the entrypoint, CANN images source set_env.sh in theirs.
-    command: list[str]
-    environment: dict[str, str] = field(default_factory=dict)
-    mounts: list[Mount] = field(default_factory=list)
-    devices: list[str] = field(default_factory=list)  # "host:container:rwm"
-    privileged: bool = False
-    ipc_mode: str | None = None
-    runtime: str | None = None
-    network: bool = False  # False -> network_mode="none"
-    working_dir: str | None = None
-    cpus: float | None = None  # the simulator hangs when CPUs are oversubscribed
-    mem_limit: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    user: str | None = None
-
-
-@dataclass(frozen=True)
-class ContainerResult:
-    exit_code: int | None  # None when killed by timeout
-    timed_out: bool
-    oom_killed: bool
-    seconds: float
-    log_path: Path
-    output: str  # full combined stdout/stderr, also in log_path
 
 
 def connect() -> docker.DockerClient:

@@ -38,9 +38,10 @@ from pathlib import Path
 import docker
 
 from runner.builders import Builder
+from runner.containers import ContainerResult
 from runner.devices import Passthrough
 from runner.errors import InfrastructureError
-from runner.execute import Cancelled, ContainerResult, ExampleRun, run_example
+from runner.execute import Cancelled, ExampleRun, run_example
 from runner.images import ensure_test_image
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import docker
 
-from runner.execute import ContainerSpec, run_container
+from runner.containers import ContainerSpec
+from runner.execute import run_container
 from runner.ledger import Attempt
 
 DRIVER_VERSION = Path("/usr/local/Ascend/driver/version.info")

@@ -2,8 +2,8 @@
 
 The user's checkout is precious (often the only copy of the submodule objects on an offline NPU
 host), so nothing here writes to it: no fetch, no config, no index refresh. Every command runs
-with GIT_OPTIONAL_LOCKS=0 so even git's opportunistic index writes are off. Deciding what to test
-is the search engine's job; this module only reports what the history is.
+through `gitcmd.Git`, with GIT_OPTIONAL_LOCKS=0 so even git's opportunistic index writes are off.
+Deciding what to test is the search engine's job; this module only reports what the history is.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import git
-
 from runner.errors import BadInput, BisectError, SourceUnavailable
+from runner.gitcmd import Git, GitFailed, gitlinks, moved_gitlinks
 
-GITLINK_MODE = "160000"
 METADATA_PATHS = frozenset({".gitmodules"})
 
 _INFO_FORMAT = "%H%x00%s%x00%an%x00%ae%x00%aI%x00%P"
@@ -52,53 +50,17 @@ class Change:
         return self.old != self.new
 
 
-def _open(path: Path) -> git.Git:
-    """A git runner for a work tree, a bare repository or a module git dir (.git/modules/<name>).
-
-    Discovery is fenced at `path` so a directory inside some other repository is not mistaken for
-    one; git dirs are given as GIT_DIR because a module dir's core.worktree may point nowhere.
-    """
-    path = path.resolve()
-    if not path.is_dir():
-        raise BadInput(f"not a git repository: {path}")
-    runner = git.Git(str(path))
-    env = {
-        "GIT_OPTIONAL_LOCKS": "0",
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CEILING_DIRECTORIES": str(path.parent),
-    }
-    if not (path / ".git").exists() and (path / "HEAD").is_file():
-        env["GIT_DIR"] = str(path)
-    runner.update_environment(**env)
+def _has_commit(runner: Git, sha: str) -> bool:
     try:
-        runner.rev_parse("--git-dir")
-    except git.GitCommandError:
-        raise BadInput(f"not a git repository: {path}") from None
-    return runner
-
-
-def _succeeds(runner: git.Git, *args: str) -> bool:
-    """Run a yes/no git command (exit 0 yes, 1 no); anything else is a real failure."""
-    try:
-        runner.execute(["git", *args])
-    except git.GitCommandError as error:
-        if error.status == 1:
-            return False
-        raise
-    return True
-
-
-def _has_commit(runner: git.Git, sha: str) -> bool:
-    try:
-        runner.execute(["git", "cat-file", "-e", f"{sha}^{{commit}}"])
-    except git.GitCommandError:
+        runner.output("cat-file", "-e", f"{sha}^{{commit}}")
+    except GitFailed:
         return False
     return True
 
 
-def _first_parent_chain(runner: git.Git, tip: str, stop: str) -> list[str] | None:
+def _first_parent_chain(runner: Git, tip: str, stop: str) -> list[str] | None:
     """Commits on tip's first-parent chain after `stop`, newest first; None if stop is not on it."""
-    lines = runner.rev_list("--first-parent", "--parents", tip, f"^{stop}").splitlines()
+    lines = runner.output("rev-list", "--first-parent", "--parents", tip, f"^{stop}").splitlines()
     if not lines:
         return [] if tip == stop else None
     oldest = lines[-1].split()
@@ -112,13 +74,13 @@ class History:
 
     def __init__(self, repo: Path) -> None:
         self.path = Path(repo)
-        self._git = _open(self.path)
+        self._git = Git(self.path)
 
-    def _run(self, command: str, *args: str, rev: str) -> str:
+    def _run(self, *args: str, rev: str) -> str:
         """Run a read-only git command about `rev`; a failure means the revision is unknown."""
         try:
-            return getattr(self._git, command)(*args)
-        except git.GitCommandError:
+            return self._git.output(*args)
+        except GitFailed:
             raise BadInput(self._unknown(rev)) from None
 
     def _unknown(self, rev: str) -> str:
@@ -132,8 +94,8 @@ class History:
         if not rev or rev.startswith("-"):
             raise BadInput(f"not a revision: {rev!r}")
         try:
-            return self._git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}").strip()
-        except git.GitCommandError:
+            return self._git.output("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+        except GitFailed:
             raise BadInput(self._unknown(rev)) from None
 
     def first_parent_range(self, good: str, bad: str) -> list[str]:
@@ -145,8 +107,8 @@ class History:
         good_sha, bad_sha = self.resolve(good), self.resolve(bad)
         if good_sha == bad_sha:
             raise BadInput(f"good {good!r} and bad {bad!r} are the same commit {good_sha[:12]}")
-        if not _succeeds(self._git, "merge-base", "--is-ancestor", good_sha, bad_sha):
-            if _succeeds(self._git, "merge-base", "--is-ancestor", bad_sha, good_sha):
+        if not self._git.succeeds("merge-base", "--is-ancestor", good_sha, bad_sha):
+            if self._git.succeeds("merge-base", "--is-ancestor", bad_sha, good_sha):
                 raise BadInput(f"good {good!r} is newer than bad {bad!r}: swap them")
             raise BadInput(
                 f"good {good!r} is not an ancestor of bad {bad!r}: pick a good commit "
@@ -162,13 +124,8 @@ class History:
 
     def gitlink(self, commit: str, path: str = "runtime") -> str | None:
         """The submodule commit pinned at `path`, or None when there is no gitlink there."""
-        listed = self._run("ls_tree", "-z", commit, "--", path, rev=commit)
-        for entry in listed.split("\0"):
-            meta, _, name = entry.partition("\t")
-            fields = meta.split()
-            if name == path and len(fields) == 3 and fields[0] == GITLINK_MODE:
-                return fields[2]
-        return None
+        listed = self._run("ls-tree", "-z", commit, "--", path, rev=commit)
+        return dict(gitlinks(listed, tree_format=True)).get(path)
 
     def gitlinks(self, chain: Sequence[str], path: str = "runtime") -> dict[str, str | None]:
         """`gitlink` for every commit of a first-parent chain (oldest first) in two git calls.
@@ -194,14 +151,7 @@ class History:
             path,
             rev=span,
         )
-        moved: dict[str, str | None] = {}
-        for block in shown.split("\0")[1:]:
-            sha, *raw = block.strip().splitlines()
-            for line in raw:
-                meta, _, name = line.partition("\t")
-                fields = meta.split()
-                if name == path and len(fields) >= 4:
-                    moved[sha.strip()] = fields[3] if fields[1] == GITLINK_MODE else None
+        moved = moved_gitlinks(shown, path)
         for commit in chain[1:]:
             current = moved.get(commit, current)
             result[commit] = current
@@ -231,8 +181,8 @@ class History:
 
     def merge_base(self, one: str, other: str) -> str | None:
         try:
-            return self._git.merge_base(one, other).strip() or None
-        except git.GitCommandError:
+            return self._git.output("merge-base", one, other).strip() or None
+        except GitFailed:
             return None
 
     def classify(self, commit: str, path: str = "runtime") -> Change:
@@ -246,8 +196,8 @@ class History:
         old = self.gitlink(parent, path) if parent else None
         new = self.gitlink(sha, path)
         span = [parent, sha] if parent else ["--root", sha]
-        diffed = self._git.diff_tree(
-            "-r", "-z", "--no-commit-id", "--no-renames", "--name-only", *span, "--"
+        diffed = self._git.output(
+            "diff-tree", "-r", "-z", "--no-commit-id", "--no-renames", "--name-only", *span, "--"
         )
         changed = tuple(sorted(p for p in diffed.split("\0") if p and p != path))
         if old == new:
@@ -277,7 +227,7 @@ def pointer_states(
         return "added", [new]
     if old == new:
         raise ValueError(f"the pointer did not move ({old[:12]})")
-    runner = _open(Path(submodule_repo))
+    runner = Git(Path(submodule_repo))
     for sha in (old, new):
         if not _has_commit(runner, sha):
             raise SourceUnavailable(
@@ -285,13 +235,13 @@ def pointer_states(
                 "`git submodule update --init --recursive` where the upstream is reachable, or "
                 "give a mirror that has it"
             )
-    if _succeeds(runner, "merge-base", "--is-ancestor", old, new):
+    if runner.succeeds("merge-base", "--is-ancestor", old, new):
         return "forward", _forward(runner, old, new)
-    if _succeeds(runner, "merge-base", "--is-ancestor", new, old):
+    if runner.succeeds("merge-base", "--is-ancestor", new, old):
         return "backward", _forward(runner, new, old)[::-1]
     try:
-        base = runner.merge_base(old, new).strip()
-    except git.GitCommandError:
+        base = runner.output("merge-base", old, new).strip()
+    except GitFailed:
         raise BisectError(
             f"submodule commits {old[:12]} and {new[:12]} share no history: the bump cannot be "
             "bisected; treat the pypto commit as the culprit"
@@ -299,9 +249,11 @@ def pointer_states(
     return "diverged", _forward(runner, base, old)[::-1] + _forward(runner, base, new)[1:]
 
 
-def _forward(runner: git.Git, start: str, end: str) -> list[str]:
+def _forward(runner: Git, start: str, end: str) -> list[str]:
     """start, then the commits leading to end, oldest first (start is an ancestor of end)."""
     chain = _first_parent_chain(runner, end, start)
     if chain is None:
-        chain = runner.rev_list("--ancestry-path", "--topo-order", end, f"^{start}").split()
+        chain = runner.output(
+            "rev-list", "--ancestry-path", "--topo-order", end, f"^{start}"
+        ).split()
     return [start, *chain[::-1]]

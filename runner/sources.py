@@ -18,86 +18,24 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from subprocess import CompletedProcess
 from types import MappingProxyType
 from urllib.parse import quote, unquote
 
 from filelock import FileLock, Timeout
 
 from runner.errors import BadInput, InfrastructureError, SourceUnavailable
+from runner.gitcmd import MIRROR_ENV, USER_ENV, checked, git_dir_of, gitlinks, objects_dir, run
 
-GITLINK_MODE = "160000"
 LOCK_TIMEOUT_S = 600.0
 _HEX = re.compile(r"[0-9a-fA-F]{4,64}")
 _NO_OVERRIDES: Mapping[str, str | None] = MappingProxyType({})
-
-# Variables that would point git at some other repository than the one we name explicitly
-# (set e.g. when the tool runs inside a git hook).
-_REPO_LOCAL_ENV = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-    "GIT_CONFIG",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT",
-    "GIT_GRAFT_FILE",
-    "GIT_REPLACE_REF_BASE",
-    "GIT_SHALLOW_FILE",
-    "GIT_IMPLICIT_WORK_TREE",
-    "GIT_INTERNAL_SUPER_PREFIX",
-)
-
-
-def _base_env(*, isolated: bool) -> dict[str, str]:
-    """Environment for git: no inherited repo pointers, no optional locks (no index refreshes).
-
-    `isolated` also drops the user's global/system config so exports do not depend on settings
-    such as core.autocrlf; it is used for the tool's own mirrors only, because reading the user's
-    repo may need their safe.directory settings.
-    """
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCAL_ENV}
-    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C", LANG="C")
-    if isolated:
-        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
-    return env
-
-
-_USER_ENV = _base_env(isolated=False)
-_MIRROR_ENV = _base_env(isolated=True)
-
-
-def _run(
-    args: list[str], *, env: Mapping[str, str], cwd: Path | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    try:
-        return subprocess.run(
-            ["git", *args], cwd=cwd, env=dict(env), capture_output=True, check=False
-        )
-    except FileNotFoundError as exc:
-        raise InfrastructureError(
-            "git is not installed or not on PATH; install git and rerun"
-        ) from exc
-
-
-def _checked(proc: subprocess.CompletedProcess[bytes], what: str) -> bytes:
-    if proc.returncode != 0:
-        detail = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise InfrastructureError(
-            f"git failed while {what}: {detail[-1] if detail else f'exit {proc.returncode}'}; "
-            "check disk space and permissions of the cache directory"
-        )
-    return proc.stdout
 
 
 @dataclass(frozen=True)
@@ -138,41 +76,12 @@ class _Repo:
         return ".git/" + "/".join(f"modules/{name}" for name in self.names)
 
 
-def _git_dir_of(location: Path) -> Path | None:
-    """The git dir behind a work tree, a `.git` file/dir or a bare repo, if there is one."""
-    try:
-        dot_git = location / ".git"
-        if dot_git.is_file():
-            text = dot_git.read_text(errors="replace").strip()
-            if not text.startswith("gitdir:"):
-                return None
-            target = Path(text[len("gitdir:") :].strip())
-            candidate = target if target.is_absolute() else location / target
-        elif dot_git.is_dir():
-            candidate = dot_git
-        else:
-            candidate = location
-        if (candidate / "HEAD").exists() and _objects_dir(candidate).is_dir():
-            return Path(os.path.normpath(candidate.absolute()))
-    except OSError:
-        return None
-    return None
-
-
 def _is_dir(path: Path) -> bool:
     """Like Path.is_dir, but a place this user may not look into is simply not there."""
     try:
         return path.is_dir()
     except OSError:
         return False
-
-
-def _objects_dir(git_dir: Path) -> Path:
-    commondir = git_dir / "commondir"
-    if commondir.is_file():
-        common = Path(commondir.read_text().strip())
-        git_dir = common if common.is_absolute() else git_dir / common
-    return Path(os.path.normpath((git_dir / "objects").absolute()))
 
 
 def _local_url_paths(url: str | None, bases: Iterable[Path]) -> list[Path]:
@@ -346,7 +255,7 @@ class SourceExporter:
         self._require_commit(repo, sha)
         shown = self._mirror_git(repo, "cat-file", "blob", f"{sha}:{filename}")
         text = shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
-        stamp = _checked(
+        stamp = checked(
             self._mirror_git(repo, "show", "-s", "--format=%cI", sha), f"reading {sha[:12]}"
         )
         return text, datetime.fromisoformat(stamp.decode().strip())
@@ -365,9 +274,9 @@ class SourceExporter:
     def _locate(path: Path) -> tuple[Path | None, Path, Path]:
         if not path.is_dir():
             raise BadInput(f"{path} does not exist or is not a directory; pass the pypto checkout")
-        proc = _run(
+        proc = run(
             ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"],
-            env=_USER_ENV,
+            env=USER_ENV,
             cwd=path,
         )
         if proc.returncode != 0:
@@ -384,7 +293,7 @@ class SourceExporter:
             if path.resolve() != git_path.resolve():
                 raise BadInput(f"{path} is inside the bare repository {git_path}; pass that")
             return None, git_path, common_path
-        top = _checked(_run(["rev-parse", "--show-toplevel"], env=_USER_ENV, cwd=path), "locating")
+        top = checked(run(["rev-parse", "--show-toplevel"], env=USER_ENV, cwd=path), "locating")
         toplevel = Path(top.decode().strip())
         if toplevel.resolve() != path.resolve():
             raise BadInput(
@@ -429,7 +338,7 @@ class SourceExporter:
             if _is_dir(g / "modules")
             for m in sorted((g / "modules").glob("*"))
         ]
-        git_dirs = [g for g in (_git_dir_of(loc) for loc in locations) if g is not None]
+        git_dirs = [g for g in (git_dir_of(loc) for loc in locations) if g is not None]
         base = parent.mirror.parent if parent.names else self._root
         mirror = base / "modules" / _quote(entry.name) / "mirror.git"
         return _Repo(
@@ -451,8 +360,8 @@ class SourceExporter:
         config = git_dir / "config"
         if config.is_file():
             pattern = "^" + re.escape(prefix) + r".*\.url$"
-            proc = _run(
-                ["config", "--file", str(config), "-z", "--get-regexp", pattern], env=_MIRROR_ENV
+            proc = run(
+                ["config", "--file", str(config), "-z", "--get-regexp", pattern], env=MIRROR_ENV
             )
             for item in proc.stdout.split(b"\0"):
                 key, _, value = item.decode(errors="surrogateescape").partition("\n")
@@ -465,7 +374,7 @@ class SourceExporter:
 
     def _ensure_mirror(self, repo: _Repo) -> None:
         """Create the mirror and add any newly found user object dirs to its alternates."""
-        wanted = frozenset(_objects_dir(g) for g in repo.git_dirs)
+        wanted = frozenset(objects_dir(g) for g in repo.git_dirs)
         known = self._alternates.get(repo.mirror)
         if known is not None and wanted <= known:
             return
@@ -473,10 +382,10 @@ class SourceExporter:
         try:
             with FileLock(str(self._lock_path), timeout=LOCK_TIMEOUT_S):
                 if not (repo.mirror / "HEAD").exists():
-                    _checked(
-                        _run(
+                    checked(
+                        run(
                             ["init", "--bare", "--quiet", "--template=", str(repo.mirror)],
-                            env=_MIRROR_ENV,
+                            env=MIRROR_ENV,
                         ),
                         f"creating the mirror {repo.mirror}",
                     )
@@ -504,10 +413,8 @@ class SourceExporter:
                 "permissions of the cache directory"
             ) from exc
 
-    def _mirror_git(
-        self, repo: _Repo, *args: str, **env: str
-    ) -> subprocess.CompletedProcess[bytes]:
-        return _run(["--git-dir", str(repo.mirror), *args], env={**_MIRROR_ENV, **env})
+    def _mirror_git(self, repo: _Repo, *args: str, **env: str) -> CompletedProcess[bytes]:
+        return run(["--git-dir", str(repo.mirror), *args], env={**MIRROR_ENV, **env})
 
     def _unavailable(self, repo: _Repo, sha: str) -> SourceUnavailable:
         if not repo.names:
@@ -540,9 +447,9 @@ class SourceExporter:
 
     def _resolve_superproject_commit(self, rev: str) -> str:
         """Names (HEAD, branches, tags) are resolved in the user's repo, read-only."""
-        proc = _run(
+        proc = run(
             ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-            env=_USER_ENV,
+            env=USER_ENV,
             cwd=self._worktree or self._git_dir,
         )
         if proc.returncode == 0:
@@ -614,31 +521,29 @@ class SourceExporter:
         """Write the tree of `sha` into `dest`; return its gitlinks as (path, pinned sha)."""
         with tempfile.TemporaryDirectory(prefix="bisect-export-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            _checked(self._mirror_git(repo, "read-tree", sha, **env), f"reading {sha[:12]}")
-            _checked(
-                _run(
+            checked(self._mirror_git(repo, "read-tree", sha, **env), f"reading {sha[:12]}")
+            checked(
+                run(
                     # Parallel workers (one per core) roughly halve big exports on slow disks.
                     [
                         *("--git-dir", str(repo.mirror), "-c", "checkout.workers=0"),
                         *("checkout-index", "--all", "--force"),
                     ],
-                    env={**_MIRROR_ENV, **env, "GIT_WORK_TREE": str(dest)},
+                    env={**MIRROR_ENV, **env, "GIT_WORK_TREE": str(dest)},
                     cwd=dest,
                 ),
                 f"writing {sha[:12]} to {dest}",
             )
-            listing = _checked(
+            listing = checked(
                 self._mirror_git(repo, "ls-files", "--stage", "-z", **env),
                 f"listing {sha[:12]}",
             )
-        return list(_gitlinks(listing))
+        return list(gitlinks(listing))
 
     def _listed(self, repo: _Repo, sha: str) -> list[tuple[str, str]]:
         """The gitlinks of `sha` without writing its tree anywhere."""
-        listing = _checked(
-            self._mirror_git(repo, "ls-tree", "-r", "-z", sha), f"listing {sha[:12]}"
-        )
-        return list(_gitlinks(listing, tree_format=True))
+        listing = checked(self._mirror_git(repo, "ls-tree", "-r", "-z", sha), f"listing {sha[:12]}")
+        return list(gitlinks(listing, tree_format=True))
 
     def _gitmodules(self, repo: _Repo, sha: str) -> dict[str, _SubmoduleEntry]:
         key = (repo.mirror, sha)
@@ -672,10 +577,10 @@ class SourceExporter:
             self._ensure_mirror(child)
             if remaining == match:
                 return child
-            listing = _checked(
+            listing = checked(
                 self._mirror_git(repo, "ls-tree", "-z", sha, "--", match), f"reading {sha[:12]}"
             )
-            pinned = dict(_gitlinks(listing, tree_format=True)).get(match)
+            pinned = dict(gitlinks(listing, tree_format=True)).get(match)
             if pinned is None:
                 raise BadInput(f"{walked} is not a submodule at superproject commit {at_sha[:12]}")
             self._require_commit(child, pinned)
@@ -697,16 +602,6 @@ class SourceExporter:
                 break
         self._default_at[path] = found
         return found
-
-
-def _gitlinks(listing: bytes, *, tree_format: bool = False) -> Iterator[tuple[str, str]]:
-    """Gitlinks from `ls-files --stage -z` (or `ls-tree -z`) output."""
-    for record in listing.split(b"\0"):
-        if not record.startswith(GITLINK_MODE.encode()):
-            continue
-        meta, _, path = record.decode(errors="surrogateescape").partition("\t")
-        parts = meta.split()
-        yield path, parts[2] if tree_format else parts[1]
 
 
 def _beneath(path: str, parents: Collection[str]) -> bool:

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 import docker
 from filelock import FileLock, Timeout
 
+from runner.containers import ContainerSpec, Mount
 from runner.errors import InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, ContainerSpec, Mount, keep_explicit, run_container
+from runner.execute import KIND_LABEL, LABEL, keep_explicit, run_container
 
 if TYPE_CHECKING:
     from runner.builders import Builder

@@ -1,7 +1,8 @@
 """Wires the real pieces together for the CLI: run a bisect, replay one from its ledger, report.
 
 `cli.py` only parses and prints; the session decides; this module builds the objects both need
-(history, exporter, wheel cache, Docker tester, ledger) and gathers the facts a report shows.
+(history, exporter, wheel cache, Docker tester, ledger). What a report shows beyond the ledger is
+gathered in `findings.py`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -20,13 +20,15 @@ from runner import __version__
 from runner.attempts import DockerTester, RunSettings
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
+from runner.containers import Mount
 from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
-from runner.execute import Mount, reclaim, remove_stale_containers
+from runner.execute import reclaim, remove_stale_containers
 from runner.executor import Executor, LocalExecutor
+from runner.findings import gather_facts
 from runner.fingerprint import Collector
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
-from runner.history import CommitInfo, History, pointer_states
+from runner.history import History, pointer_states
 from runner.inputs import SNAPSHOTS, snapshot
 from runner.ledger import (
     Attempt,
@@ -37,11 +39,9 @@ from runner.ledger import (
     earlier_session,
     earlier_sessions,
     session_copy,
-    to_git_bisect_log,
 )
-from runner.noop import identical_build
 from runner.prepare import Prepared, extra_repos, make_provisioner, prepare
-from runner.report import ReportFacts, write_reports
+from runner.report import write_reports
 from runner.search import Verdict
 from runner.session import (
     EndpointFailure,
@@ -56,7 +56,6 @@ from runner.session import (
 )
 from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
-from runner.triage import compare_generated
 from runner.verdict import Tolerance
 from runner.wheels import BuildSettings, WheelCache
 
@@ -470,76 +469,6 @@ def rewrite_reports(
     if session is not None:
         out = out / "sessions" / earlier_session(ledger_path(out), session).name.split(".")[-2]
     return _write(out, state.document, state.outcome, state.history, state.exporter, None)
-
-
-def _artifacts(attempt: Attempt | None) -> Path | None:
-    if attempt is None or attempt.artifacts_dir is None:
-        return None
-    return Path(attempt.artifacts_dir)
-
-
-def _run_with(
-    doc: LedgerDocument, pypto: str, simpler: str | None, verdict: Verdict
-) -> Attempt | None:
-    """The latest attempt of a pair with this verdict (a flaky pair has both), else the latest."""
-    runs = doc.find_all(pypto, simpler)
-    return next((a for a in reversed(runs) if a.verdict is verdict), runs[-1] if runs else None)
-
-
-def gather_facts(
-    doc: LedgerDocument,
-    outcome: Outcome,
-    history: History,
-    exporter: SourceExporter,
-    workdir: Path,
-    wall_s: float | None,
-) -> ReportFacts:
-    # The session's wall time counts every invocation; wall_s is this one's (None: no run).
-    session_s = doc.wall_s if doc.wall_s is not None else wall_s
-    facts = ReportFacts(wall_s=session_s, invocation_s=wall_s)
-    commits: dict[str, CommitInfo] = {}
-    for sha in {doc.inputs.good, doc.inputs.bad, *outcome.pypto.suspects}:
-        commits[sha] = history.commit_info(sha)
-    culprit = outcome.pypto.first_bad
-    if culprit is not None:
-        facts.culprit_stat = history.stat(culprit)
-        facts.culprit_patch = history.patch(culprit)
-    path = doc.inputs.submodule_path
-    good_run = bad_run = None
-    if outcome.pypto.found is not None:
-        last_good = outcome.pypto.last_good
-        good_run = _run_with(doc, last_good, history.gitlink(last_good, path), Verdict.GOOD)
-        bad_run = _run_with(doc, culprit, history.gitlink(culprit, path), Verdict.BAD)
-    simpler = outcome.simpler
-    if simpler is not None and simpler.found is not None:
-        blamed = outcome.simpler_culprit
-        try:
-            sub = History(exporter.submodule_git_dir(path))
-            for sha in {blamed, simpler.first_bad}:
-                if sha is not None:
-                    commits[sha] = sub.commit_info(sha)
-            if blamed is not None:
-                facts.simpler_stat = sub.stat(blamed)
-                facts.simpler_patch = sub.patch(blamed)
-        except (SourceUnavailable, BadInput):
-            pass
-        good_state = simpler.candidates[simpler.found - 1]
-        good_run = _run_with(doc, simpler.anchor, good_state, Verdict.GOOD) or good_run
-        bad_run = _run_with(doc, simpler.anchor, simpler.first_bad, Verdict.BAD) or bad_run
-    facts.commits = commits
-    if outcome.pypto.found is not None:
-        facts.triage = compare_generated(_artifacts(good_run), _artifacts(bad_run))
-        package = "simpler" if simpler is not None and simpler.found is not None else "pypto"
-        if identical_build(bad_run, good_run, package, facts.triage.status):
-            facts.noop = package
-    if bad_run is not None:
-        facts.reproduce = (
-            f"bisect-precision-docker reproduce --workdir {shlex.quote(str(workdir))} "
-            f"{bad_run.run_id}"
-        )
-    subjects = {sha: info.subject for sha, info in commits.items()}
-    facts.bisect_log = to_git_bisect_log(doc, subjects)
-    return facts
 
 
 def _write(

@@ -28,9 +28,10 @@ from runner.builders import (
     resolve,
 )
 from runner.config import BuildPin
+from runner.containers import ContainerSpec
 from runner.devices import passthrough
 from runner.errors import BadInput
-from runner.execute import ContainerSpec, ExampleRun, example_container, run_container
+from runner.execute import ExampleRun, example_container, run_container
 from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
 from runner.wheels import BuildSettings, WheelCache, build_wheel

@@ -17,7 +17,8 @@ import docker.errors
 import pytest
 
 from runner.bundle import _command, _docker_arguments
-from runner.execute import KIND_LABEL, LABEL, LIB_MOUNT, RUN_MOUNT, ContainerSpec, Mount
+from runner.containers import ContainerSpec, Mount
+from runner.execute import KIND_LABEL, LABEL, LIB_MOUNT, RUN_MOUNT
 from runner.sample.histories import Sample, SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from tests.fixtures.cli import Cli, cli

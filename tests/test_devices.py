@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.containers import Mount
 from runner.devices import (
     CONTROL_DEVICES,
     DRIVER_PATHS,
@@ -16,7 +17,6 @@ from runner.devices import (
     passthrough,
 )
 from runner.errors import BadInput
-from runner.execute import Mount
 
 needs_no_card_3 = pytest.mark.skipif(
     os.path.exists("/dev/davinci3"), reason="this host has a real NPU card 3"

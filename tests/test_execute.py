@@ -20,6 +20,7 @@ import docker
 import docker.errors
 import pytest
 
+from runner.containers import ContainerSpec, Mount
 from runner.devices import Passthrough, passthrough
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import (
@@ -29,9 +30,7 @@ from runner.execute import (
     PROCESS_LABEL,
     RUN_LABEL,
     RUN_MOUNT,
-    ContainerSpec,
     ExampleRun,
-    Mount,
     connect,
     example_container,
     process_owner,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +13,15 @@ import pytest
 
 from runner.errors import BadInput, SourceUnavailable
 from runner.history import History, pointer_states
-from runner.sample.histories import LIBBACKTRACE_PATH, Sample, SampleSpec, git, make_sample
+from runner.sample.histories import (
+    LIBBACKTRACE_PATH,
+    RUNTIME_PATH,
+    Sample,
+    SampleSpec,
+    git,
+    make_sample,
+)
+from runner.sources import SourceExporter
 
 BACKWARD = SampleSpec(bumps=((6, 6), (9, 4)))
 CODE_BUMP = SampleSpec(code_with_bump=frozenset({9}))
@@ -269,6 +279,29 @@ def test_asking_about_history_leaves_the_users_checkout_untouched(sample, checko
     with pytest.raises(BadInput):
         history.resolve("nope")
     assert checkout_state(sample.pypto) == before
+
+
+def test_a_git_dir_inherited_from_a_git_hook_does_not_redirect_history_questions(sample, merged):
+    # A hook exports GIT_DIR before the tool starts; questions about pypto must still be answered
+    # by pypto, not by the repository the hook ran in.
+    ask = "import sys; from runner.history import History; print(History(sys.argv[1]).resolve('@'))"
+    answered = subprocess.run(
+        [sys.executable, "-c", ask, str(sample.pypto)],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "GIT_DIR": str(merged.repo / ".git")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert answered.stdout.strip() == sample.pypto_shas[-1] != merged.merge
+
+
+def test_history_and_the_exporter_read_the_same_pins(sample, history, tmp_path):
+    exporter = SourceExporter(sample.pypto, tmp_path / "cache")
+    for sha in sample.pypto_shas:
+        pinned = exporter.check(sha)
+        for path in (RUNTIME_PATH, LIBBACKTRACE_PATH):
+            assert history.gitlink(sha, path) == pinned.get(path)
 
 
 # --- the sample itself ------------------------------------------------------------------------

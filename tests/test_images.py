@@ -15,7 +15,8 @@ import docker
 import docker.errors
 import pytest
 
-from runner.execute import LABEL, ContainerSpec, run_container
+from runner.containers import ContainerSpec
+from runner.execute import LABEL, run_container
 from runner.images import (
     TestImage,
     WheelInstallFailed,

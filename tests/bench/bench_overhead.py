@@ -20,8 +20,9 @@ from pathlib import Path
 import docker
 
 from runner.builders import PackageSources, Provisioner
+from runner.containers import ContainerSpec
 from runner.devices import passthrough
-from runner.execute import LABEL, ContainerSpec, ExampleRun, connect, run_container, run_example
+from runner.execute import LABEL, ExampleRun, connect, run_container, run_example
 from runner.images import ensure_test_image
 from runner.sample.demo import checkout_wheelhouse
 from runner.sample.histories import SampleSpec, make_sample

@@ -1,0 +1,51 @@
+"""The value types of a container: what to run (`ContainerSpec`, `Mount`) and how it went.
+
+They live apart from `execute.py`, which talks to Docker, so the modules that only describe a
+container (`devices.py` choosing NPU mounts, the builders and wheel builds filling in a spec)
+depend on plain data, and `execute.py` can use their decisions without a cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount; read-only unless the container must write there."""
+
+    host: str
+    container: str
+    read_only: bool = True
+
+
+@dataclass
+class ContainerSpec:
+    """Everything Docker needs for one container, with safe defaults (no network, no devices)."""
+
+    image: str
+    # The command only: never override the entrypoint, CANN images source set_env.sh in theirs.
+    command: list[str]
+    environment: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # "host:container:rwm"
+    privileged: bool = False
+    ipc_mode: str | None = None
+    runtime: str | None = None
+    network: bool = False  # False -> network_mode="none"
+    working_dir: str | None = None
+    cpus: float | None = None  # the simulator hangs when CPUs are oversubscribed
+    mem_limit: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerResult:
+    exit_code: int | None  # None when killed by timeout
+    timed_out: bool
+    oom_killed: bool
+    seconds: float
+    log_path: Path
+    output: str  # full combined stdout/stderr, also in log_path

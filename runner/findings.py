@@ -1,0 +1,92 @@
+"""The report's findings: what the culprits changed, which runs to compare, what triage says.
+
+A report needs more than the ledger and the outcome: the commits' metadata, the culprit's stat
+and patch (from git), the last-good and first-bad runs to compare, triage of their generated
+code, and the command that reproduces the verdict. Gathering them is kept apart from the wiring
+in `workflow.py`, so a change to what a report shows does not touch how a bisect is run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from runner.errors import BadInput, SourceUnavailable
+from runner.history import CommitInfo, History
+from runner.ledger import Attempt, LedgerDocument, to_git_bisect_log
+from runner.noop import identical_build
+from runner.report import ReportFacts
+from runner.search import Verdict
+from runner.session import Outcome
+from runner.sources import SourceExporter
+from runner.triage import compare_generated
+
+
+def _artifacts(attempt: Attempt | None) -> Path | None:
+    if attempt is None or attempt.artifacts_dir is None:
+        return None
+    return Path(attempt.artifacts_dir)
+
+
+def _run_with(
+    doc: LedgerDocument, pypto: str, simpler: str | None, verdict: Verdict
+) -> Attempt | None:
+    """The latest attempt of a pair with this verdict (a flaky pair has both), else the latest."""
+    runs = doc.find_all(pypto, simpler)
+    return next((a for a in reversed(runs) if a.verdict is verdict), runs[-1] if runs else None)
+
+
+def gather_facts(
+    doc: LedgerDocument,
+    outcome: Outcome,
+    history: History,
+    exporter: SourceExporter,
+    workdir: Path,
+    wall_s: float | None,
+) -> ReportFacts:
+    # The session's wall time counts every invocation; wall_s is this one's (None: no run).
+    session_s = doc.wall_s if doc.wall_s is not None else wall_s
+    facts = ReportFacts(wall_s=session_s, invocation_s=wall_s)
+    commits: dict[str, CommitInfo] = {}
+    for sha in {doc.inputs.good, doc.inputs.bad, *outcome.pypto.suspects}:
+        commits[sha] = history.commit_info(sha)
+    culprit = outcome.pypto.first_bad
+    if culprit is not None:
+        facts.culprit_stat = history.stat(culprit)
+        facts.culprit_patch = history.patch(culprit)
+    path = doc.inputs.submodule_path
+    good_run = bad_run = None
+    if outcome.pypto.found is not None:
+        last_good = outcome.pypto.last_good
+        good_run = _run_with(doc, last_good, history.gitlink(last_good, path), Verdict.GOOD)
+        bad_run = _run_with(doc, culprit, history.gitlink(culprit, path), Verdict.BAD)
+    simpler = outcome.simpler
+    if simpler is not None and simpler.found is not None:
+        blamed = outcome.simpler_culprit
+        try:
+            sub = History(exporter.submodule_git_dir(path))
+            for sha in {blamed, simpler.first_bad}:
+                if sha is not None:
+                    commits[sha] = sub.commit_info(sha)
+            if blamed is not None:
+                facts.simpler_stat = sub.stat(blamed)
+                facts.simpler_patch = sub.patch(blamed)
+        except (SourceUnavailable, BadInput):
+            pass
+        good_state = simpler.candidates[simpler.found - 1]
+        good_run = _run_with(doc, simpler.anchor, good_state, Verdict.GOOD) or good_run
+        bad_run = _run_with(doc, simpler.anchor, simpler.first_bad, Verdict.BAD) or bad_run
+    facts.commits = commits
+    if outcome.pypto.found is not None:
+        facts.triage = compare_generated(_artifacts(good_run), _artifacts(bad_run))
+        package = "simpler" if simpler is not None and simpler.found is not None else "pypto"
+        if identical_build(bad_run, good_run, package, facts.triage.status):
+            facts.noop = package
+    if bad_run is not None:
+        facts.reproduce = (
+            f"bisect-precision-docker reproduce --workdir {shlex.quote(str(workdir))} "
+            f"{bad_run.run_id}"
+        )
+    subjects = {sha: info.subject for sha, info in commits.items()}
+    facts.bisect_log = to_git_bisect_log(doc, subjects)
+    return facts
