@@ -17,11 +17,11 @@ from pathlib import Path
 
 from runner.builders import Builder
 from runner.devices import Passthrough
-from runner.errors import InfrastructureError, SourceUnavailable
+from runner.errors import InfrastructureError, LedgerError, SourceUnavailable
 from runner.execute import ExampleRun
 from runner.executor import BuildJob, DeviceFault, Executor, RunJob
 from runner.images import WheelInstallFailed
-from runner.ledger import Attempt, Ledger, Level, claim_run_dir
+from runner.ledger import AheadBuild, Attempt, Ledger, Level, claim_run_dir
 from runner.noop import wheel_content_digest
 from runner.search import Verdict
 from runner.session import Request
@@ -109,6 +109,8 @@ class DockerTester:
             (entry.package, entry.commit) for entry in cache.entries() if entry.ok
         }
         self._prefetched: set[tuple[str, str | None]] = set()
+        self._ahead: list[AheadBuild] = []  # finished speculative builds, until recorded
+        self._ahead_lock = threading.Lock()
         rounds = [a.round for a in ledger.document.attempts if a.round is not None]
         self._round = max(rounds, default=0)
         self._pipelines = ThreadPoolExecutor(max_workers=16, thread_name_prefix="attempt")
@@ -126,6 +128,21 @@ class DockerTester:
     def close(self, *, cancel: bool) -> None:
         self.executor.close(cancel=cancel)
         self._pipelines.shutdown(wait=not cancel, cancel_futures=True)
+        with contextlib.suppress(LedgerError):
+            self._record_ahead()
+
+    def _record_ahead(self) -> None:
+        """Speculative builds that finished, unless a test waited for that very build (then the
+        test's attempt counts it as built)."""
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, []
+        claimed = {
+            (package, a.pypto_sha if package == "pypto" else a.simpler_sha)
+            for a in self.ledger.document.attempts
+            for package, state in a.builds.items()
+            if state in ("built", "failed")
+        }
+        self.ledger.record_ahead([b for b in ahead if (b.package, b.commit) not in claimed])
 
     # -- what the session calls ----------------------------------------------------------
 
@@ -185,6 +202,7 @@ class DockerTester:
                 results[index] = attempt
                 if done is not None:
                     done(attempt)
+        self._record_ahead()
         if fatal is not None:
             raise fatal
         return [results[i] for i in range(len(requests))]
@@ -224,6 +242,21 @@ class DockerTester:
             with self._git:
                 self.exporter.check(pypto, overrides=overrides, skip=self.omit)
             wheels = self._wheels(pypto, simpler, speculative=True)
+            with self._ahead_lock:
+                self._ahead += [
+                    AheadBuild(
+                        package=name,
+                        commit=w.commit,
+                        ok=w.ok,
+                        seconds=round(w.seconds, 3),
+                        ccache=[w.ccache_hits, w.ccache_misses]
+                        if w.ccache_hits is not None and w.ccache_misses is not None
+                        else [],
+                        finished_at=_now(),
+                    )
+                    for name, w in wheels.items()
+                    if not w.from_cache
+                ]
             if all(w.ok for w in wheels.values()) and "pypto" in wheels:
                 self._built.update((name, w.commit) for name, w in wheels.items())
                 scratch = self.workdir / "prefetch"

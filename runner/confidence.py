@@ -35,7 +35,7 @@ against a brute-force enumeration and replay can rerun it from the ledger.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -110,7 +110,16 @@ class LowConfidence:
     candidates: tuple[tuple[int, float], ...]
 
 
-Decision = Test | Found | Inconclusive | LowConfidence
+@dataclass(frozen=True)
+class Descend:
+    """The likeliest first bad commit moves the submodule pointer and only its boundary is left
+    to check: a second level refines this hypothesis, and checks the boundary with all the runs
+    of both levels (see `runner.session`), so this level stops without replicating it."""
+
+    index: int
+
+
+Decision = Test | Found | Inconclusive | LowConfidence | Descend
 
 
 @dataclass(frozen=True)
@@ -165,11 +174,14 @@ def belief(
     count: int,
     observations: Mapping[int, Sequence[Verdict | str]],
     prior: FlakePrior | None = None,
+    weights: Sequence[float] | None = None,
 ) -> Belief:
-    """The posterior over the first bad index ``1..count-1`` given every recorded verdict."""
+    """The posterior over the first bad index ``1..count-1`` given every recorded verdict.
+
+    ``weights[h]`` is hypothesis h's prior weight (uniform when None; index 0 unused)."""
     prior = prior or FlakePrior()
     tallies = _checked(count, observations)
-    model = _Model(count, tallies, prior)
+    model = _Model(count, tallies, prior, weights)
     probs = model.posterior
     return Belief(
         count=count,
@@ -184,10 +196,10 @@ def belief(
 def default_budget(count: int) -> int:
     """How many attempts one level may take before it gives up as low confidence.
 
-    Generous (several times a plain bisection) because a 30 % flaky example needs that many; a
-    deterministic one stops long before.
+    Generous (several times a plain bisection) because a 30 % flaky example needs that many, and
+    a session that gives up has no answer at all; a deterministic one stops long before.
     """
-    return 10 * max(1, math.ceil(math.log2(max(count, 2)))) + 30
+    return 20 * max(1, math.ceil(math.log2(max(count, 2)))) + 60
 
 
 def decide(
@@ -198,29 +210,42 @@ def decide(
     budget: int | None = None,
     prior: FlakePrior | None = None,
     retest_endpoints: bool = True,
+    weights: Sequence[float] | None = None,
+    descend: Collection[int] = (),
 ) -> Decision:
     """Found / Inconclusive when one block of candidates reaches ``confidence`` and its boundary
     reproduced; else what to test.
 
     Indices 0 and ``count-1`` are the verified endpoints: the model takes them as good and bad,
     and their runs only teach it the flake rates; ``retest_endpoints=False`` never offers them
-    (the user said to assume them). ``budget`` caps the attempts of the level.
+    (the user said to assume them). ``budget`` caps the attempts of the level. ``weights`` are
+    the hypotheses' prior weights. A hypothesis in ``descend`` is refined by a second level: once
+    it is the likeliest block and nothing but its boundary is left to test (or it reached the
+    confidence), the answer is `Descend`, and the second level checks that boundary with every
+    run of both levels.
     """
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence must be between 0.5 and 1, got {confidence}")
     prior = prior or FlakePrior()
     tallies = _checked(count, observations)
-    model = _Model(count, tallies, prior)
+    model = _Model(count, tallies, prior, weights)
     blocks = _blocks(count, tallies, model.posterior)
     first, last, mass = max(blocks, key=lambda b: (b[2], -b[0]))
-    if mass >= confidence:
-        unsure = _unreplicated(count, tallies, first, last, REPLICATE)
-        if not unsure:
-            return Found(first) if first == last else Inconclusive(first, last)
-        return Test((unsure[0],))
+    if (
+        first == last
+        and first in descend
+        and mass >= 0.5
+        and (mass >= confidence or model.best_test(retest_endpoints) in (first - 1, first))
+    ):
+        return Descend(first)
     runs = sum(t.runs for t in tallies.values())
     if budget is None:
         budget = default_budget(count)
+    if mass >= confidence:
+        unsure = _unreplicated(count, tallies, first, last, REPLICATE)
+        if unsure:
+            return Test((unsure[0],))
+        return Found(first) if first == last else Inconclusive(first, last)
     pick = None if runs >= budget else model.best_test(retest_endpoints)
     if pick is None:
         probs = (0.0, *model.posterior)
@@ -267,12 +292,16 @@ def pair_verdict(
     confidence: float = DEFAULT_CONFIDENCE,
     tries: int = PAIR_TRIES,
     prior_bad: float = 0.5,
+    seen_elsewhere: tuple[int, int, int, int] | None = None,
 ) -> Verdict | None:
     """Judge one (pypto, simpler) pair from repeated runs, or None: run it again.
 
     Used for the code/pointer halves of a bump (even odds) and for re-checking commits expected
     to pass (``prior_bad`` low: a known-good commit turning bad takes more than one failure),
-    with the flake rates the first level estimated.
+    with the flake rates the first level estimated. Given the runs the bisect judged
+    (``seen_elsewhere``, as counted by `evidence`), the rates are integrated out instead of taken
+    as point estimates: each contradiction among ``seen`` also raises the rate that would explain
+    it, so a few unlucky runs of a flaky example do not look like a change.
     A skip decides at once (the pair cannot be built or run). After ``tries`` runs the likelier
     verdict is returned even below the confidence.
     """
@@ -281,9 +310,12 @@ def pair_verdict(
         return Verdict.SKIP
     if not verdicts:
         return None
-    p_bad = pair_probability_bad(
-        verdicts, false_fail=false_fail, false_pass=false_pass, prior_bad=prior_bad
-    )
+    if seen_elsewhere is None:
+        p_bad = pair_probability_bad(
+            verdicts, false_fail=false_fail, false_pass=false_pass, prior_bad=prior_bad
+        )
+    else:
+        p_bad = _pair_marginal(verdicts, seen_elsewhere, prior_bad, FlakePrior())
     if p_bad >= confidence:
         return Verdict.BAD
     if 1 - p_bad >= confidence:
@@ -303,6 +335,22 @@ def pair_probability_bad(
     fails, passes = verdicts.count(Verdict.BAD), verdicts.count(Verdict.GOOD)
     log_bad = fails * math.log(1 - fp) + passes * math.log(fp)
     log_good = fails * math.log(ff) + passes * math.log(1 - ff)
+    odds = math.log(1 - prior_bad) - math.log(prior_bad)
+    return 1 / (1 + math.exp(log_good - log_bad + odds))
+
+
+def _pair_marginal(
+    verdicts: Sequence[Verdict],
+    counts: tuple[int, int, int, int],
+    prior_bad: float,
+    prior: FlakePrior,
+) -> float:
+    """P(the pair is bad | its runs and the runs judged elsewhere), flake rates integrated out."""
+    fails, passes = verdicts.count(Verdict.BAD), verdicts.count(Verdict.GOOD)
+    e = counts
+    base = _sides(prior, (e[0], e[1]), (e[2], e[3]))[0]
+    log_good = _sides(prior, (e[0] + fails, e[1] + passes), (e[2], e[3]))[0] - base
+    log_bad = _sides(prior, (e[0], e[1]), (e[2] + passes, e[3] + fails))[0] - base
     odds = math.log(1 - prior_bad) - math.log(prior_bad)
     return 1 / (1 + math.exp(log_good - log_bad + odds))
 
@@ -339,7 +387,13 @@ class _Model:
     Lists are indexed by ``h - 1``.
     """
 
-    def __init__(self, count: int, tallies: Mapping[int, Tally], prior: FlakePrior) -> None:
+    def __init__(
+        self,
+        count: int,
+        tallies: Mapping[int, Tally],
+        prior: FlakePrior,
+        weights: Sequence[float] | None = None,
+    ) -> None:
         self.count = count
         self.tallies = tallies
         good = [tallies[i].good if i in tallies else 0 for i in range(count)]
@@ -362,7 +416,7 @@ class _Model:
                 (fails_before + ev[0], passes_before + ev[1]),
                 (passes_after + ev[2], fails_after + ev[3]),
             )
-            log_weights.append(log_ml)
+            log_weights.append(log_ml + (math.log(weights[h]) if weights is not None else 0.0))
             self.fail_if_good.append(error_good)
             self.fail_if_bad.append(1 - error_bad)
             flaky_if.append(flaky)

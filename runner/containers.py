@@ -36,6 +36,7 @@ class ContainerSpec:
     network: bool = False  # False -> network_mode="none"
     working_dir: str | None = None
     cpus: float | None = None  # the simulator hangs when CPUs are oversubscribed
+    cpu_shares: int | None = None  # weight under contention (Docker's default is 1024)
     mem_limit: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     user: str | None = None

@@ -451,6 +451,7 @@ def _create_arguments(spec: ContainerSpec, name: str) -> dict[str, Any]:
         "runtime": spec.runtime,
         "working_dir": spec.working_dir,
         "nano_cpus": int(spec.cpus * 1e9) if spec.cpus else None,
+        "cpu_shares": spec.cpu_shares,
         "mem_limit": spec.mem_limit,
         "user": spec.user,
     }

@@ -263,9 +263,12 @@ class LocalExecutor(Executor):
         self._closed = False
         self._stop = threading.Event()  # set by close(cancel=True): running work stops
         self._running = 0
+        self._running_needed = 0
+        # Needed builds have `build_jobs` slots of their own; speculative ones only fill slots
+        # nobody uses (at a small CPU weight), so a test never waits behind a guess.
         self._workers = [
             threading.Thread(target=self._build_worker, name=f"build-{i}", daemon=True)
-            for i in range(self._jobs)
+            for i in range(2 * self._jobs)
         ]
         for worker in self._workers:
             worker.start()
@@ -307,7 +310,7 @@ class LocalExecutor(Executor):
             queued = _Queued(priority, next(self._order), job, key, Future())
             self._by_key[key] = queued
             heapq.heappush(self._queue, queued)
-            self._wake.notify()
+            self._wake.notify_all()
             return queued.future
 
     def run(self, job: RunJob) -> Future[RunReport]:
@@ -354,13 +357,15 @@ class LocalExecutor(Executor):
     def _build_worker(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self._closed:
+                while not self._startable() and not (self._closed and not self._queue):
                     self._wake.wait()
                 if not self._queue:
                     return
                 queued = heapq.heappop(self._queue)
                 queued.started = True
                 self._running += 1
+                needed = queued.priority == _NEEDED
+                self._running_needed += needed
             try:
                 result = build_wheel(
                     self.client,
@@ -374,6 +379,7 @@ class LocalExecutor(Executor):
                     echo=None if queued.job.speculative else self.echo,
                     cancel=queued.cancel,
                     parallel=build_parallelism(self._jobs),
+                    speculative=queued.job.speculative,
                 )
             except BaseException as exc:
                 queued.future.set_exception(exc)
@@ -382,8 +388,18 @@ class LocalExecutor(Executor):
             finally:
                 with self._lock:
                     self._running -= 1
+                    self._running_needed -= needed
                     if self._by_key.get(queued.key) is queued:
                         del self._by_key[queued.key]
+                    self._wake.notify_all()
+
+    def _startable(self) -> bool:
+        """Whether the head of the queue may start now (called with the lock held)."""
+        if not self._queue:
+            return False
+        if self._queue[0].priority == _NEEDED:
+            return self._running_needed < self._jobs
+        return self._running < self._jobs
 
     def _run_worker(self, job: RunJob, future: Future[RunReport]) -> None:
         try:

@@ -201,8 +201,18 @@ def _remove_partial_build(client: docker.DockerClient, lines: list[str]) -> None
         return
     with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
         image = client.images.get(steps[-1])
-        if not image.tags and not image.labels.get(f"{LABEL}.pypto"):
-            client.images.remove(image.id)
+        if image.tags or image.labels.get(f"{LABEL}.pypto"):
+            return
+        # The failed step's container may still be on its way out (forcerm runs after the
+        # error is streamed): the engine refuses with a conflict until it is gone.
+        for _ in range(10):
+            try:
+                client.images.remove(image.id)
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                time.sleep(0.5)
 
 
 def _tail(lines: list[str]) -> str:
@@ -248,80 +258,48 @@ def ensure_test_image(
     # layers when two builds of one base run at once, and a prefetch may be layering this
     # very image already (then it is reused below).
     with _BUILDS:
-        return _ensure_test_image(
-            client,
+        existing = find_test_image(client, labels)
+        if existing is not None:
+            _ensure_tag(client, existing, tag)
+            with log_path.open("a") as handle:
+                handle.write(f"reusing test image {tag} ({existing})\n")
+            return TestImage(image_id=existing, tag=tag, reused=True, seconds=0.0)
+
+        dockerfile = render_dockerfile(
+            base_image_ref=base_image_id,
+            simpler_wheel=simpler_wheel.name if simpler_wheel else None,
+            pypto_wheel=pypto_wheel.name,
             labels=labels,
-            tag=tag,
-            started=started,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=pypto_sha,
-            pypto_wheel=pypto_wheel,
-            simpler_sha=simpler_sha,
-            simpler_wheel=simpler_wheel,
-            log_path=log_path,
-            echo=echo,
-            pip_wheel=pip_wheel,
+            base_user=base_user(client, base_image, base_image_id),
+            pip_wheel=pip_wheel.name if pip_wheel else None,
         )
-
-
-def _ensure_test_image(
-    client: docker.DockerClient,
-    *,
-    labels: dict[str, str],
-    tag: str,
-    started: float,
-    base_image: str,
-    base_image_id: str,
-    pypto_sha: str,
-    pypto_wheel: Path,
-    simpler_sha: str | None,
-    simpler_wheel: Path | None,
-    log_path: Path,
-    echo: Echo | None,
-    pip_wheel: Path | None,
-) -> TestImage:
-    existing = find_test_image(client, labels)
-    if existing is not None:
-        _ensure_tag(client, existing, tag)
-        with log_path.open("a") as handle:
-            handle.write(f"reusing test image {tag} ({existing})\n")
-        return TestImage(image_id=existing, tag=tag, reused=True, seconds=0.0)
-
-    dockerfile = render_dockerfile(
-        base_image_ref=base_image_id,
-        simpler_wheel=simpler_wheel.name if simpler_wheel else None,
-        pypto_wheel=pypto_wheel.name,
-        labels=labels,
-        base_user=base_user(client, base_image, base_image_id),
-        pip_wheel=pip_wheel.name if pip_wheel else None,
-    )
-    context = Path(tempfile.mkdtemp(prefix="bisect-precision-image-"))
-    try:
-        (context / "wheels").mkdir()
-        (context / "Dockerfile").write_text(dockerfile)
-        for wheel in (simpler_wheel, pypto_wheel, pip_wheel):
-            if wheel is not None:
-                _stage_wheel(wheel, context / "wheels")
-        with log_path.open("a") as handle:
-            image_id = _build(
-                client,
-                context,
-                tag=tag,
-                handle=handle,
-                echo=echo,
-                pypto=(pypto_sha, pypto_wheel.name),
-                simpler=(simpler_sha, simpler_wheel.name)
-                if simpler_sha and simpler_wheel
-                else None,
-                base_image=base_image,
-                log_path=log_path,
-            )
-    except OSError as exc:
-        raise InfrastructureError(f"cannot prepare the image build context: {exc}") from exc
-    finally:
-        shutil.rmtree(context, ignore_errors=True)
-    return TestImage(image_id=image_id, tag=tag, reused=False, seconds=time.monotonic() - started)
+        context = Path(tempfile.mkdtemp(prefix="bisect-precision-image-"))
+        try:
+            (context / "wheels").mkdir()
+            (context / "Dockerfile").write_text(dockerfile)
+            for wheel in (simpler_wheel, pypto_wheel, pip_wheel):
+                if wheel is not None:
+                    _stage_wheel(wheel, context / "wheels")
+            with log_path.open("a") as handle:
+                image_id = _build(
+                    client,
+                    context,
+                    tag=tag,
+                    handle=handle,
+                    echo=echo,
+                    pypto=(pypto_sha, pypto_wheel.name),
+                    simpler=(simpler_sha, simpler_wheel.name)
+                    if simpler_sha and simpler_wheel
+                    else None,
+                    base_image=base_image,
+                    log_path=log_path,
+                )
+        except OSError as exc:
+            raise InfrastructureError(f"cannot prepare the image build context: {exc}") from exc
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+        seconds = time.monotonic() - started
+        return TestImage(image_id=image_id, tag=tag, reused=False, seconds=seconds)
 
 
 def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:

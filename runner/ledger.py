@@ -118,6 +118,17 @@ class Invocation(_Strict):
     wall_s: float
 
 
+class AheadBuild(_Strict):
+    """A wheel built speculatively, while an example ran, before any test asked for it."""
+
+    package: str
+    commit: GitSha
+    ok: bool
+    seconds: float
+    ccache: list[int] = []
+    finished_at: datetime
+
+
 class LedgerDocument(_Strict):
     """The whole file. Attempts are kept in the order they were recorded."""
 
@@ -128,6 +139,7 @@ class LedgerDocument(_Strict):
     inputs: SessionInputs
     attempts: list[Attempt] = []
     invocations: list[Invocation] = []
+    ahead: list[AheadBuild] = []  # builds made ahead of need (cache hits of later attempts)
 
     @property
     def wall_s(self) -> float | None:
@@ -277,6 +289,15 @@ class Ledger:
 
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
         return self._document.find(pypto_sha, simpler_sha)
+
+    def record_ahead(self, builds: list[AheadBuild]) -> None:
+        """Keep the speculative builds that finished, for the build counts of the report."""
+        self._require_open()
+        if not builds:
+            return
+        candidate = self._document.model_copy(update={"ahead": [*self._document.ahead, *builds]})
+        _atomic_write(self._path, _serialize(candidate))
+        self._document = candidate
 
     def start_invocation(self, started: float) -> None:
         """Count this invocation from ``started`` (``time.monotonic()``) until it is finished."""

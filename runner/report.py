@@ -101,12 +101,21 @@ def _stats(
         for counts in attempt.ccache.values():
             ccache["hits"] += counts[0]
             ccache["misses"] += counts[1]
+    ahead = {"pypto": 0, "simpler": 0}
+    for build in doc.ahead:
+        builds[build.package] = builds.get(build.package, 0) + 1
+        ahead[build.package] = ahead.get(build.package, 0) + 1
+        if len(build.ccache) == 2:
+            ccache["hits"] += build.ccache[0]
+            ccache["misses"] += build.ccache[1]
     compiled = ccache["hits"] + ccache["misses"]
     if wall_s is None:
         wall_s = sum((a.finished_at - a.started_at).total_seconds() for a in doc.attempts)
     return {
         "tests": len(doc.attempts),
+        "rounds": len({a.round for a in doc.attempts if a.round is not None}) or len(doc.attempts),
         "builds": builds,
+        "builds_ahead": ahead,
         "cache_hits": hits,
         "ccache": {**ccache, "hit_rate": round(ccache["hits"] / compiled, 3) if compiled else None},
         "export_s": round(sum(a.export_s for a in doc.attempts), 2),
@@ -149,11 +158,11 @@ def _step(attempt: Attempt) -> dict[str, Any]:
         "verdict": attempt.verdict.value,
         "reason": attempt.reason,
         "exit_code": attempt.exit_code,
-        "round": attempt.round,
-        "node": attempt.node,
-        "device": attempt.device,
         "build_s": round(attempt.build_s, 2),
         "run_s": round(attempt.run_s, 2),
+        "round": attempt.round,
+        "device": attempt.device,
+        "node": attempt.node,
         "builds": dict(attempt.builds),
         "build_tools": {k: list(v) for k, v in attempt.build_tools.items()},
         "builders": dict(attempt.builders),
@@ -166,10 +175,13 @@ def _step(attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def _ran_on(step: dict[str, Any]) -> str:
-    """Where the example ran: the node (a Ray node, or this host) and its device."""
-    where = step.get("node") or "local"
-    return f"{where} device {step['device']}" if step.get("device") else where
+def _where(step: dict[str, Any]) -> str:
+    """The device that ran the example, and the node when not this host."""
+    device = step.get("device") or ""
+    node = step.get("node")
+    if not device:
+        return ""
+    return f"{device}@{node}" if node and node != "local" else device
 
 
 def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
@@ -566,18 +578,18 @@ def build_markdown(
     lines += [
         "## Steps",
         "",
-        "| run | level | pypto | simpler | verdict | reason | ran on | build s | run s | cache "
-        "| ccache |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | round | where | level | pypto | simpler | verdict | reason | build s | run s | "
+        "cache | ccache |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step in data["steps"]:
         reason = str(step["reason"]).replace("|", "\\|")[:90]
         cache = "yes" if step["from_cache"] else "no"
         lines.append(
-            f"| {step['run_id']} | {step['level']} | `{step['pypto'][:12]}` | "
+            f"| {step['run_id']} | {step['round'] or ''} | {_where(step)} | {step['level']} | "
+            f"`{step['pypto'][:12]}` | "
             f"`{(step['simpler'] or 'none')[:12]}` | {step['verdict']} | {reason} | "
-            f"{_ran_on(step)} | {step['build_s']:.1f} | {step['run_s']:.1f} | {cache} | "
-            f"{_ccache(step)} |"
+            f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} | {_ccache(step)} |"
         )
     lines += _build_environments(data["steps"])
     stats = data["stats"]
@@ -585,8 +597,14 @@ def build_markdown(
     rate = stats["ccache"]["hit_rate"]
     lines += [
         "",
-        f"{stats['tests']} tests, builds: pypto {stats['builds']['pypto']}, simpler "
-        f"{stats['builds']['simpler']}, cache hits {stats['cache_hits']}, "
+        f"{stats['tests']} tests in {stats['rounds']} rounds, builds: pypto "
+        f"{stats['builds']['pypto']}, simpler {stats['builds']['simpler']}"
+        + (
+            f" ({sum(stats['builds_ahead'].values())} built ahead)"
+            if any(stats["builds_ahead"].values())
+            else ""
+        )
+        + f", cache hits {stats['cache_hits']}, "
         + (f"ccache hit rate {rate:.0%}, " if rate is not None else "")
         + f"source export {stats['export_s']} s, {stats['wall_s']} s "
         f"in the session" + (f" ({this} s in this invocation)." if this is not None else "."),

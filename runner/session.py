@@ -18,6 +18,7 @@ from runner.confidence import (
     DEFAULT_CONFIDENCE,
     EXPECTED_GOOD,
     Belief,
+    Descend,
     FlakePrior,
     LowConfidence,
     belief,
@@ -25,6 +26,7 @@ from runner.confidence import (
     endpoint_check,
     evidence,
     pair_verdict,
+    tally,
 )
 from runner.errors import BisectError
 from runner.history import Change, History
@@ -136,6 +138,10 @@ class LevelResult:
     repeat: int | None = None  # fixed repeats per commit instead of the confidence search
     policy: Policy = "majority"
     prior: FlakePrior | None = None  # the simpler level starts from what level one learnt
+    weights: tuple[float, ...] | None = None  # prior weight of each first-bad hypothesis
+    descend: frozenset[int] = frozenset()  # candidates a second level refines (pointer moves)
+    descended: bool = False  # stopped at a pointer move: the second level checks the boundary
+    pairs: dict[str, tuple[str, str | None]] | None = None  # a joint chain: label -> pair to run
 
     @property
     def done(self) -> bool:
@@ -402,6 +408,8 @@ class Session:
         self.drift_check = drift_check
         self._times: list[datetime] = []  # when each attempt of the bisect stages finished
         self._gitlinks: dict[str, str | None] = {}
+        self._last_good: tuple[str, str | None] | None = None  # the joint chain's, when it ran
+        self._chain: LevelResult | None = None
         self._subjects: dict[str, str] = {}
 
     def subject(self, pypto: str, simpler: str | None = None, level: Level = "pypto") -> str:
@@ -513,7 +521,7 @@ class Session:
 
     def _picks(
         self, result: LevelResult, observations: Mapping[int, Sequence[Verdict]]
-    ) -> Step | LowConfidence:
+    ) -> Step | LowConfidence | Descend:
         """What the level does next from `observations`: Found/Inconclusive/LowConfidence, or
         the indices of the next round (up to one per device)."""
         count = len(result.candidates)
@@ -547,14 +555,17 @@ class Session:
             observations,
             confidence=self.confidence,
             prior=result.prior,
-            retest_endpoints=self.verify or result.level == "simpler",
+            retest_endpoints=self.verify or (result.level == "simpler" and result.pairs is None),
+            weights=result.weights,
+            descend=result.descend,
         )
         if not isinstance(step, Test):
             return step
         majority = _verdicts(observations, None, "majority")
         if k == 1:
             return Test((self._cache_aware(result, majority, step.indices[0]),))
-        return Test(_quantile_picks(belief(count, observations, result.prior), step.indices[0], k))
+        posterior = belief(count, observations, result.prior, result.weights)
+        return Test(_quantile_picks(posterior, step.indices[0], k))
 
     def _cache_aware(self, result: LevelResult, verdicts: Mapping[int, Verdict], pick: int) -> int:
         """A neighbour of the ideal pivot whose wheels are built already, when testing it costs
@@ -581,6 +592,9 @@ class Session:
         return pick
 
     def _pair(self, result: LevelResult) -> Callable[[str], tuple[str, str | None]]:
+        if result.pairs is not None:
+            pairs = result.pairs
+            return lambda label: pairs[label]
         if result.level == "simpler":
             anchor = result.anchor or ""
             return lambda state: (anchor, state)
@@ -597,7 +611,9 @@ class Session:
         states: list[tuple[Mapping[int, Sequence[Verdict]], tuple[int, ...]]] = [
             (result.observations, tuple(picks))
         ]
-        for _depth in range(2):
+        # Two rounds ahead with one device (two, then four pairs); one with several, whose
+        # (k + 1) outcomes already name k (k + 1) pairs.
+        for _depth in range(2 if len(picks) == 1 else 1):
             following = []
             for observations, tested in states:
                 for outcome in _outcomes(tested):
@@ -621,8 +637,12 @@ class Session:
             return
         count = len(result.candidates)
         while True:
-            result.belief = belief(count, result.observations, result.prior)
+            result.belief = belief(count, result.observations, result.prior, result.weights)
             step = self._picks(result, result.observations)
+            if isinstance(step, Descend):
+                result.found = step.index
+                result.descended = True
+                return
             if isinstance(step, Found):
                 result.found = step.index
                 return
@@ -678,6 +698,13 @@ class Session:
         self._load(first, pypto_pair)
         if self.verify:
             self._verify_endpoints(first, pypto_pair)
+        if self.repeat is None:
+            links = [self.gitlink(commit) for commit in first.candidates]
+            first.descend = frozenset(
+                i
+                for i in range(1, len(links))
+                if None not in (links[i - 1], links[i]) and links[i - 1] != links[i]
+            )
         self._bisect(first, pypto_pair)
         if first.found is None:
             if first.low_confidence is not None:
@@ -701,6 +728,8 @@ class Session:
                 f"the culprit {what} the {self.path} submodule: there is no simpler range to bisect"
             )
             return outcome
+        if first.descended:
+            return self._joint(first, outcome, change)
 
         anchor = culprit
         if change.kind == "pointer-and-code":
@@ -713,18 +742,10 @@ class Session:
                 outcome.notes.append(
                     f"simpler is bisected with pypto at the culprit's parent {parent[:12]}"
                 )
-        try:
-            direction, states = self.simpler_states(change.old, change.new)
-        except BisectError as exc:
-            # The pypto culprit stands; only the descent is impossible (objects missing locally).
-            outcome.source = "inconclusive"
-            outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+        found = self._simpler_range(outcome, change)
+        if found is None:
             return outcome
-        outcome.direction = direction
-        if direction == "diverged" and self.merge_base is not None:
-            base = self.merge_base(change.old, change.new)
-            if base in states:
-                outcome.merge_base_index = states.index(base)
+        states = found
         second = LevelResult(
             "simpler",
             states,
@@ -739,7 +760,9 @@ class Session:
             outcome.notes.append("the old and new simpler pointers have no commits between them")
             return outcome
         self.events.level_started(
-            "simpler", len(states) - 1, f"simpler states {direction} with pypto at {anchor[:12]}"
+            "simpler",
+            len(states) - 1,
+            f"simpler states {outcome.direction} with pypto at {anchor[:12]}",
         )
         simpler_pair = lambda state: (anchor, state)  # noqa: E731
         self._load(second, simpler_pair)
@@ -759,6 +782,231 @@ class Session:
             outcome.notes.append(_low_confidence_note(second))
         return outcome
 
+    def _seen_elsewhere(self, first: LevelResult) -> tuple[int, int, int, int] | None:
+        """The bisect's runs judged by its answer: what they say about the flake rates."""
+        if self._chain is not None and self._chain.found is not None:
+            return evidence(self._chain.observations, self._chain.found)
+        if first.found is None:
+            return None
+        return evidence(first.observations, first.found)
+
+    def _joint(self, first: LevelResult, outcome: Outcome, change: Change) -> Outcome:
+        """Bisect inside the culprit's pointer move and check both levels' boundaries at once.
+
+        The pairs form one chain from the known-good end to the known-bad end: level one's
+        commits up to the parent, the pairs inside the bump (the code half first when the bump
+        changes code too), then the culprit and the commits after it. The first bad pair of that
+        chain is the answer, so one posterior over it is the joint probability that the pypto
+        culprit and the simpler culprit are both right, every run of both levels is evidence for
+        it, and the reproduction check applies to the final boundary only. Pairs with the same
+        build inputs are one link: a pointer-only bump's culprit with the old pointer builds
+        exactly what its parent built. Each pypto commit keeps its prior share; a bump's share
+        is spread over the pairs inside it.
+        """
+        assert first.found is not None and change.old is not None and change.new is not None
+        c = first.found
+        parent, culprit = first.candidates[c - 1], first.candidates[c]
+        anchor: str | None = culprit
+        if change.kind == "pointer-and-code":
+            split = self._split(first, parent, culprit, change.old, change.new)
+            outcome.split = split
+            anchor = split.anchor
+            if anchor == parent:
+                outcome.notes.append(
+                    f"simpler is bisected with pypto at the culprit's parent {parent[:12]}"
+                )
+        states: list[str] = []
+        if anchor is not None:
+            found = self._simpler_range(outcome, change)
+            if found is None:
+                return outcome
+            states = found
+        links: list[list[tuple[str, str | None]]] = [
+            [(commit, self.gitlink(commit))] for commit in first.candidates[:c]
+        ]
+        origin: list[int] = list(range(c))  # the pypto candidate each link's hypothesis blames
+        at_state: dict[int, int] = {}  # link -> simpler state index
+        if anchor is None:
+            if outcome.split is not None and outcome.split.code_half is not Verdict.SKIP:
+                links.append([(culprit, change.old)])
+                origin.append(c)
+        else:
+            inside = states[1:-1]
+            if anchor == culprit and change.kind == "pointer-only":
+                at_state[c - 1] = 0
+                links[c - 1].append((culprit, states[0]))
+            elif anchor == culprit:
+                at_state[len(links)] = 0
+                links.append([(culprit, states[0])])
+                origin.append(c)
+            for j, state in enumerate(inside, start=1):
+                at_state[len(links)] = j
+                links.append([(anchor, state)])
+                origin.append(c)
+            if anchor == parent:
+                at_state[c - 1] = 0
+                at_state[len(links)] = len(states) - 1
+                links.append([(parent, states[-1])])
+                origin.append(c)
+            else:
+                at_state[len(links)] = len(states) - 1
+        end = len(links)  # the culprit's link closes the bump's share
+        for commit in first.candidates[c:]:
+            links.append([(commit, self.gitlink(commit))])
+        origin += list(range(c, len(first.candidates)))
+        share = 1 / (end - c + 1)
+        weights = tuple(share if c <= k <= end else 1.0 for k in range(len(links)))
+        labels = [f"{k}:{pairs[0][0]}:{pairs[0][1]}" for k, pairs in enumerate(links)]
+        chain = LevelResult(
+            "simpler",
+            labels,
+            anchor=anchor,
+            weights=weights,
+            pairs={label: pairs[0] for label, pairs in zip(labels, links, strict=True)},
+        )
+        self._chain = chain
+        second = None
+        if anchor is not None:
+            second = LevelResult("simpler", states, anchor=anchor)
+            outcome.simpler = second
+            outcome.source = "simpler"
+            self.events.level_started(
+                "simpler",
+                len(states) - 1,
+                f"simpler states {outcome.direction} with pypto at {anchor[:12]}, checked with "
+                "the pypto level's runs",
+            )
+        for k, pairs in enumerate(links):
+            for pair in dict.fromkeys(pairs):
+                seen = self._recorded("simpler", *pair)
+                chain.observations.setdefault(k, []).extend(seen)
+        try:
+            self._bisect(chain, self._pair(chain))
+        finally:
+            self._project(chain, first, second, origin, at_state)
+        return self._joint_outcome(chain, first, second, outcome, origin, at_state, links)
+
+    def _project(
+        self,
+        chain: LevelResult,
+        first: LevelResult,
+        second: LevelResult | None,
+        origin: Sequence[int],
+        at_state: Mapping[int, int],
+    ) -> None:
+        """Each level's view of the joint chain: its runs, tests and posterior."""
+        if chain.belief is None:
+            chain.belief = belief(
+                len(chain.candidates), chain.observations, chain.prior, chain.weights
+            )
+        joint = chain.belief
+        pypto = [0.0] * len(first.candidates)
+        for k, p in enumerate(joint.probabilities):
+            if k > 0:
+                pypto[origin[k]] += p
+        first.belief = _projected(joint, pypto, first.observations)
+        if second is None:
+            first.tests += chain.tests
+            first.rounds += chain.rounds
+            return
+        second.tests, second.rounds = chain.tests, chain.rounds
+        second.observations = {
+            j: list(chain.observations[k]) for k, j in at_state.items() if chain.observations.get(k)
+        }
+        simpler = [0.0] * len(second.candidates)
+        for k, j in at_state.items():
+            if j > 0:
+                simpler[j] = joint.probabilities[k]
+        second.belief = _projected(joint, simpler, second.observations)
+
+    def _joint_outcome(
+        self,
+        chain: LevelResult,
+        first: LevelResult,
+        second: LevelResult | None,
+        outcome: Outcome,
+        origin: Sequence[int],
+        at_state: Mapping[int, int],
+        links: Sequence[Sequence[tuple[str, str | None]]],
+    ) -> Outcome:
+        c = first.found
+        assert c is not None
+        if chain.found is not None:
+            k = chain.found
+            self._last_good = links[k - 1][0]
+            if second is not None and at_state.get(k, 0) > 0:
+                second.found = at_state[k]
+                return outcome
+            if origin[k] == c:
+                # the code half or pypto's code on top of the new pointer fails: the code carries it
+                outcome.source, outcome.simpler = "pypto", None
+                if outcome.split is not None:
+                    outcome.split.carrier = "code"
+                    outcome.split.anchor = None
+                return outcome
+            # The runs of both levels moved the boundary off the bump: a plain pypto culprit.
+            moved = first.candidates[origin[k]]
+            first.found = origin[k]
+            change = self.history.classify(moved, self.path)
+            outcome.change, outcome.split, outcome.simpler = change, None, None
+            outcome.direction = None
+            outcome.source = "pypto"
+            if change.moved:
+                outcome.source = "inconclusive"
+                outcome.notes.append(
+                    f"the runs inside the bump at {first.candidates[c][:12]} point to another "
+                    f"pointer move, {moved[:12]}: run the session again to bisect it"
+                )
+            return outcome
+        if chain.inconclusive is not None:
+            lo, hi = chain.inconclusive
+            if second is not None and all(at_state.get(k, 0) > 0 for k in range(lo, hi + 1)):
+                second.inconclusive = (at_state[lo], at_state[hi])
+                return outcome
+            outcome.source = "inconclusive"
+            outcome.notes.append(
+                "untestable pairs around the boundary: "
+                + ", ".join(
+                    f"{links[k][0][0][:12]} with simpler {(links[k][0][1] or 'none')[:12]}"
+                    for k in range(lo - 1, hi + 1)
+                )
+            )
+            return outcome
+        if chain.low_confidence is not None:
+            listed = ", ".join(
+                f"{links[k][0][0][:12]} with simpler {(links[k][0][1] or 'none')[:12]} {p:.0%}"
+                for k, p in chain.low_confidence
+            )
+            outcome.notes.append(
+                f"inconclusive: low confidence after {chain.tests} tests of both levels; "
+                f"first bad pair candidates: {listed}"
+            )
+            if second is not None:
+                second.low_confidence = tuple(
+                    (at_state[k], p) for k, p in chain.low_confidence if at_state.get(k, 0) > 0
+                )
+            else:
+                outcome.source = "inconclusive"
+        return outcome
+
+    def _simpler_range(self, outcome: Outcome, change: Change) -> list[str] | None:
+        """The simpler states between the bump's pointers (direction and merge base noted on
+        the outcome); None, with the reason noted, when they cannot be read."""
+        assert change.old is not None and change.new is not None
+        try:
+            direction, states = self.simpler_states(change.old, change.new)
+        except BisectError as exc:
+            # The pypto culprit stands; only the descent is impossible (objects missing locally).
+            outcome.source = "inconclusive"
+            outcome.notes.append(f"the simpler range cannot be bisected: {exc}")
+            return None
+        outcome.direction = direction
+        if direction == "diverged" and self.merge_base is not None:
+            base = self.merge_base(change.old, change.new)
+            if base in states:
+                outcome.merge_base_index = states.index(base)
+        return states
+
     def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
         """Re-run the known-good endpoint and the last good commit: bad now = the environment
         drifted during the session, and no culprit found in it can be trusted.
@@ -768,7 +1016,9 @@ class Session:
         """
         pairs = [("known-good", self.good, self.gitlink(self.good))]
         second = outcome.simpler
-        if second is not None and second.found is not None and second.anchor is not None:
+        if self._last_good is not None:
+            last = self._last_good
+        elif second is not None and second.found is not None and second.anchor is not None:
             last = (second.anchor, second.candidates[second.found - 1])
         else:
             parent = first.candidates[first.found - 1] if first.found else self.good
@@ -777,25 +1027,101 @@ class Session:
         latest = sorted(set(self._times))[-3:]
         if last != pairs[0][1:] and not (recent and latest and max(recent) >= latest[0]):
             pairs.append(("last good", *last))
-        for name, pypto, simpler in pairs:
-            seen = [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
-            while True:
-                if self.repeat is not None:
-                    verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
-                else:
-                    rates = first.belief
-                    verdict = pair_verdict(
-                        seen,
-                        false_fail=rates.false_fail if rates else 0.05,
-                        false_pass=rates.false_pass if rates else 0.05,
-                        confidence=self.confidence,
-                        prior_bad=EXPECTED_GOOD,
-                    )
-                if verdict is not None:
-                    break
-                seen.append(self.verdict(self._run_once("drift", pypto, simpler)))
+        seen = [
+            [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
+            for _, pypto, simpler in pairs
+        ]
+        verdicts = self._judge_pairs(
+            "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
+        )
+        for (name, pypto, _), verdict in zip(pairs, verdicts, strict=True):
             if verdict is Verdict.BAD:
                 outcome.drift.append(f"the {name} commit {pypto[:12]}")
+
+    def _judge_pairs(
+        self,
+        level: Level,
+        pairs: Sequence[tuple[str, str | None]],
+        seen: list[list[Verdict]],
+        first: LevelResult,
+        prior_bad: float = 0.5,
+    ) -> list[Verdict]:
+        """Run each pair until its runs give a verdict (split halves, drift re-runs)."""
+
+        def verdict(i: int) -> Verdict | None:
+            if self.repeat is not None:
+                if len(seen[i]) < self.repeat:
+                    return None
+                return aggregate(seen[i], self.policy) or Verdict.SKIP
+            rates = first.belief
+            return pair_verdict(
+                seen[i],
+                false_fail=rates.false_fail if rates else 0.05,
+                false_pass=rates.false_pass if rates else 0.05,
+                confidence=self.confidence,
+                prior_bad=prior_bad,
+                seen_elsewhere=self._seen_elsewhere(first),
+            )
+
+        run = self._runs_of(level, pairs, seen)
+        self._until_settled(len(pairs), lambda i: verdict(i) is not None, run, lambda i: True)
+        out = []
+        for i in range(len(pairs)):
+            v = verdict(i)
+            assert v is not None
+            out.append(v)
+        return out
+
+    def _runs_of(
+        self, level: Level, pairs: Sequence[tuple[str, str | None]], seen: list[list[Verdict]]
+    ) -> Callable[[Sequence[int]], None]:
+        """Runs a round of the picked pairs, adding each verdict to its pair's list."""
+
+        def run(picks: Sequence[int]) -> None:
+            requests = [Request(level, *pairs[i]) for i in picks]
+            for i, attempt in zip(picks, self._run_round(requests), strict=True):
+                seen[i].append(self.verdict(attempt))
+
+        return run
+
+    def _until_settled(
+        self,
+        count: int,
+        settled: Callable[[int], bool],
+        run: Callable[[Sequence[int]], None],
+        go_on: Callable[[int], bool],
+    ) -> None:
+        """Run items ``0..count-1`` again until each is settled; ``go_on(i)`` once item i is
+        settled says whether the others are still wanted.
+
+        One device: one item after the other, as before. Several: every unsettled item in one
+        round, and the spare devices repeat items that already needed a repeat, so a flaky pair
+        gets its runs at once.
+        """
+        if self.parallel == 1:
+            for i in range(count):
+                while not settled(i):
+                    run([i])
+                if not go_on(i):
+                    return
+            return
+        reported: set[int] = set()
+        ran: set[int] = set()
+        while True:
+            for i in range(count):
+                if i not in reported and settled(i):
+                    reported.add(i)
+                    if not go_on(i):
+                        return
+            open_ = [i for i in range(count) if i not in reported]
+            if not open_:
+                return
+            picks = list(open_)
+            again = [i for i in open_ if i in ran]
+            while again and len(picks) < self.parallel:
+                picks.append(again[len(picks) % len(again)])
+            ran.update(open_)
+            run(picks)
 
     def _good_end_holds(
         self,
@@ -829,46 +1155,55 @@ class Session:
         self, first: LevelResult, pair: Callable[[str], tuple[str, str | None]]
     ) -> None:
         last = len(first.candidates) - 1
-        for index, expected, which in ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad")):
-            while True:
-                seen = first.observations.get(index, [])
-                if self.repeat is not None:
-                    verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
-                    state = None if verdict is None else verdict is expected
-                else:
-                    check = endpoint_check(seen, expected)
-                    state = None if check == "again" else check == "confirmed"
-                if state is True:
-                    break
-                if state is False:
-                    commit = first.candidates[index]
-                    recorded = self.lookup(commit, self.gitlink(commit))
-                    raise EndpointFailure(which, recorded[-1])
-                self._step(first, pair, index)
+        ends = ((0, Verdict.GOOD, "good"), (last, Verdict.BAD, "bad"))
 
-    def _half(self, first: LevelResult, pypto: str, simpler: str) -> Verdict:
-        """Judge one half of a bump, repeating it as the flake rates of level one require."""
-        seen = self._recorded("split", pypto, simpler)
-        while True:
+        def state(i: int) -> bool | None:
+            index, expected, _ = ends[i]
+            seen = first.observations.get(index, [])
             if self.repeat is not None:
-                if len(seen) >= self.repeat:
-                    return aggregate(seen, self.policy) or Verdict.SKIP
-            else:
-                rates = first.belief
-                verdict = pair_verdict(
-                    seen,
-                    false_fail=rates.false_fail if rates else 0.05,
-                    false_pass=rates.false_pass if rates else 0.05,
-                    confidence=self.confidence,
-                )
-                if verdict is not None:
-                    return verdict
-            seen.append(self.verdict(self._run_once("split", pypto, simpler)))
+                verdict = aggregate(seen, self.policy) if len(seen) >= self.repeat else None
+                return None if verdict is None else verdict is expected
+            check = endpoint_check(seen, expected)
+            return None if check == "again" else check == "confirmed"
+
+        def holds(i: int) -> bool:
+            if state(i) is False:
+                commit = first.candidates[ends[i][0]]
+                recorded = self.lookup(commit, self.gitlink(commit))
+                raise EndpointFailure(ends[i][2], recorded[-1])
+            return True
+
+        self._until_settled(
+            len(ends),
+            lambda i: state(i) is not None,
+            lambda picks: self._steps(first, pair, [ends[i][0] for i in picks]),
+            holds,
+        )
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
-        pointer = self._half(first, parent, new)
-        code = self._half(first, culprit, old)
+        halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
+        seen = [self._recorded("split", *half) for half in halves]
         good, bad = Verdict.GOOD, Verdict.BAD
+        if self.repeat is None:
+            # The halves only choose the route. When the code half's first run passes, the joint
+            # chain walks through it and checks it with everything else, and the pointer half
+            # only names the carrier: one run of each is enough. Otherwise the pointer half
+            # decides the route, and both are judged to the confidence.
+            once = [list(v[:1]) for v in seen]
+            self._until_settled(
+                len(halves),
+                lambda i: bool(once[i]),
+                self._runs_of("split", halves, once),
+                lambda i: True,
+            )
+            for i, verdicts in enumerate(once):
+                if not seen[i]:
+                    seen[i].extend(verdicts)
+            if once[1] == [good]:
+                pointer = once[0][0]
+                carrier = "interaction" if pointer is good else "pointer"
+                return Split(pointer, good, carrier, anchor=culprit)
+        pointer, code = self._judge_pairs("split", halves, seen, first)
         if code is good:
             # (culprit, old) passes, so the simpler range can be bisected with pypto at the culprit.
             carrier = "interaction" if pointer is good else "pointer"
@@ -879,6 +1214,22 @@ class Session:
         if code is bad or pointer is good:
             return Split(pointer, code, "code")
         return Split(pointer, code, "unknown")
+
+
+def _projected(
+    joint: Belief, probabilities: Sequence[float], observations: Mapping[int, Sequence[Verdict]]
+) -> Belief:
+    """A level's share of the joint chain's posterior, for the report."""
+    tallies = tally(observations)
+    blocks = tuple((i, i, p) for i, p in enumerate(probabilities) if i > 0)
+    return Belief(
+        count=len(probabilities),
+        probabilities=tuple(probabilities),
+        false_fail=joint.false_fail,
+        false_pass=joint.false_pass,
+        blocks=blocks,
+        tallies=tallies,
+    )
 
 
 def _pair_state(

@@ -409,6 +409,9 @@ def _caller_owner() -> tuple[int, int] | None:
     return os.getuid(), os.getgid()
 
 
+SPECULATIVE_SHARES = 128  # an eighth of a needed build's weight under contention
+
+
 def builder_spec(
     package: str,
     commit: str,
@@ -420,11 +423,13 @@ def builder_spec(
     ccache_dir: Path,
     image: str | None = None,
     parallel: int | None = None,
+    speculative: bool = False,
 ) -> ContainerSpec:
     """The builder container: sources read-only, network off unless asked, ccache shared.
 
     `parallel`: compile jobs when several builds share the host (never part of the cache key:
-    it changes how fast a wheel is made, not what is in it).
+    it changes how fast a wheel is made, not what is in it). A `speculative` build gets a small
+    CPU weight, so it uses idle cores but yields them to the builds a test is waiting for.
 
     It runs as the calling user, so whatever a killed build leaves in the cache is theirs.
     """
@@ -457,6 +462,7 @@ def builder_spec(
         network=settings.network,
         working_dir=None,
         cpus=settings.cpus,
+        cpu_shares=SPECULATIVE_SHARES if speculative else None,
         mem_limit=None,
         labels={
             LABEL: "1",
@@ -498,6 +504,7 @@ def build_wheel(
     echo: Echo | None = None,
     cancel: threading.Event | None = None,
     parallel: int | None = None,
+    speculative: bool = False,
 ) -> WheelResult:
     """The wheel of `package` at `commit`, from the cache or built now in `builder`'s image.
 
@@ -533,6 +540,7 @@ def build_wheel(
                 echo=echo,
                 cancel=cancel,
                 parallel=parallel,
+                speculative=speculative,
             )
         except OSError as exc:
             raise _infrastructure(exc, f"build the {package} wheel for {commit[:12]}") from exc
@@ -555,6 +563,7 @@ def _build(
     echo: Echo | None,
     cancel: threading.Event | None = None,
     parallel: int | None = None,
+    speculative: bool = False,
 ) -> WheelResult:
     src, out, staged = work / "src", work / "out", work / "entry"
     for directory in (src, out, staged):
@@ -575,6 +584,7 @@ def _build(
         ccache_dir=ccache_dir,
         image=builder.image_id if builder else None,
         parallel=parallel,
+        speculative=speculative,
     )
     log_path = staged / "build.log"
     started = time.monotonic()

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.confidence import (
+    Descend,
     FlakePrior,
     LowConfidence,
     _Model,
@@ -276,3 +277,23 @@ def test_every_deterministic_history_costs_at_most_three_tests_more_than_plain_b
             runs = sum(len(v) for v in observations.values())
             worst = max(worst, runs - (2 + math.ceil(math.log2(count - 1))))
     assert worst <= 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=noisy_runs(), data=st.data())
+def test_prior_weights_scale_each_hypothesis_and_nothing_else(case, data):
+    count, runs = case
+    drawn = data.draw(st.lists(st.floats(0.05, 20), min_size=count - 1, max_size=count - 1))
+    weights = [1.0, *drawn]
+    plain = belief(count, as_observations(runs)).probabilities
+    weighted = belief(count, as_observations(runs), weights=weights).probabilities
+    scaled = [p * w for p, w in zip(plain, weights, strict=True)]
+    assert weighted[1:] == pytest.approx([s / sum(scaled) for s in scaled[1:]], rel=1e-9, abs=1e-12)
+
+
+def test_a_pointer_move_is_handed_to_the_second_level_once_only_its_boundary_is_left():
+    # 0 good .. 4 good, 5 bad .. 9 bad: 5 moves the pointer
+    observations = {0: [G], 9: [B], 4: [G], 7: [B], 5: [B], 2: [G]}
+    assert decide(10, observations) in (Test((4,)), Test((5,)))  # a plain commit: re-test it
+    assert decide(10, observations, descend={5}) == Descend(5)
+    assert decide(10, {0: [G], 9: [B], 4: [G]}, descend={5}) != Descend(5)  # not settled yet

@@ -17,7 +17,7 @@ import pytest
 
 from runner.execute import LABEL, OWNER_LABEL
 from runner.sample.histories import SampleSpec
-from tests.fixtures.cli import cli, run_args
+from tests.fixtures.cli import built, cli, rebuilt, run_args
 from tests.fixtures.samples import SMALL
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -79,11 +79,11 @@ def test_a_device_that_fails_is_taken_out_of_the_pool_and_never_gives_a_verdict(
     args = run_args(sample, tmp_path / "work", shared_cache)
     args[args.index("--device") + 1] = "0,1"
 
-    result = cli(*args, "--json")
+    result = cli(*args)
 
     assert result.returncode == 0, result.stderr
     assert "device 1 taken out of the pool" in result.stderr
-    report = result.json()
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
     assert report["simpler"]["culprit"] == sample.simpler_shas[4]
     attempts = _attempts(tmp_path / "work")
     assert attempts and {a["device"] for a in attempts if a["device"]} == {"0"}
@@ -131,23 +131,8 @@ def test_a_kill_during_concurrent_builds_loses_nothing_and_the_resume_rebuilds_n
     assert result.json()["simpler"]["culprit"] == sample.simpler_shas[4]
     after = _attempts(workdir)
     assert after[: len(recorded)] == recorded
-    built_before = {
-        (package, a["pypto_sha"] if package == "pypto" else a["simpler_sha"])
-        for a in recorded
-        for package, state in a["builds"].items()
-        if state == "built"
-    }
-    for attempt in after[len(recorded) :]:
-        for package, state in attempt["builds"].items():
-            sha = attempt["pypto_sha"] if package == "pypto" else attempt["simpler_sha"]
-            assert (package, sha) not in built_before or state == "cached"
+    assert rebuilt(recorded, after[len(recorded) :]) == []
     leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
     assert [c.name for c in leftovers if c.labels.get(OWNER_LABEL) == owner] == []
     # Every wheel built once: no (package, commit) was built twice across kill and resume.
-    built = [
-        (package, a["pypto_sha"] if package == "pypto" else a["simpler_sha"])
-        for a in after
-        for package, state in a["builds"].items()
-        if state == "built"
-    ]
-    assert len(built) == len(set(built))
+    assert len(built(after)) == len(set(built(after)))

@@ -16,7 +16,7 @@ from runner.confidence import Belief, belief
 from runner.ledger import Attempt
 from runner.sample.histories import Sample, SampleSpec, make_sample
 from runner.search import _split
-from runner.session import Request, _outcomes, _quantile_picks, _worst_case
+from runner.session import EndpointFailure, Request, _outcomes, _quantile_picks, _worst_case
 from tests.test_session import EXTRA, SMALL, SpecTester, bisect, expected_outcome, sample_specs
 
 
@@ -198,3 +198,38 @@ def test_a_cached_neighbour_that_would_cost_a_worst_case_step_is_not_taken(sampl
     bisect(sample, tester=tester, verify=False)
 
     assert sample.pypto_shas.index(tester.rounds[0][0][1]) == 4
+
+
+def test_on_two_devices_the_endpoints_the_split_halves_and_the_drift_reruns_share_rounds(
+    sample_factory,
+):
+    spec = SampleSpec(
+        **SMALL, bumps=((4, 6),), code_with_bump=frozenset({4}), simpler_regression_at=3
+    )
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=2)
+
+    outcome, _ = bisect(sample, tester=tester)
+
+    assert outcome.simpler_culprit == sample.simpler_shas[3]
+    ends = {(sample.pypto_shas[0], None), (sample.pypto_shas[-1], sample.simpler_shas[6])}
+    assert {(p, s) for _, p, s in tester.rounds[0]} == ends
+    halves = [r for r in tester.rounds if any(level == "split" for level, _, _ in r)]
+    assert {(p, s) for _, p, s in halves[0]} == {
+        (sample.pypto_shas[3], sample.simpler_shas[6]),
+        (sample.pypto_shas[4], sample.simpler_shas[1]),
+    }
+    drift = [r for r in tester.rounds if any(level == "drift" for level, _, _ in r)]
+    assert len(drift) == 1 and all(level == "drift" for level, _, _ in drift[0])
+
+
+def test_on_one_device_the_endpoints_are_checked_one_after_the_other(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    tester = RoundTester(sample, parallel=1, false_fail=1.0)  # the good end fails every time
+
+    with pytest.raises(EndpointFailure):
+        bisect(sample, tester=tester)
+
+    assert all(len(r) == 1 for r in tester.rounds)
+    assert {p for r in tester.rounds for _, p, _ in r} == {sample.pypto_shas[0]}
+    assert len(tester.rounds) == 5  # endpoint_check's tries, and the bad end never ran

@@ -480,7 +480,9 @@ def test_fixed_repeats_run_every_tested_commit_n_times_and_judge_by_the_policy(s
     assert outcome.pypto.belief is None
 
 
-def test_the_second_level_tests_its_good_end_and_says_when_pypto_alone_fails(sample_factory):
+def test_with_fixed_repeats_the_second_level_tests_its_good_end_and_says_when_pypto_alone_fails(
+    sample_factory,
+):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
     culprit, old = sample.pypto_shas[4], sample.simpler_shas[1]
 
@@ -490,7 +492,7 @@ def test_the_second_level_tests_its_good_end_and_says_when_pypto_alone_fails(sam
                 return Verdict.BAD
             return super().truth(pypto, simpler)
 
-    outcome, tester = bisect(sample, tester=CulpritFailsWithOldRuntime(sample))
+    outcome, tester = bisect(sample, tester=CulpritFailsWithOldRuntime(sample), repeat=1)
 
     assert ("simpler", culprit, old) in tester.tested
     assert outcome.pypto.first_bad == culprit
@@ -503,10 +505,24 @@ def test_a_pointer_only_bump_tests_the_culprit_with_the_old_pointer_before_bisec
 ):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
 
-    outcome, tester = bisect(sample)
+    outcome, tester = bisect(sample, repeat=1)
 
     assert ("simpler", sample.pypto_shas[4], sample.simpler_shas[1]) in tester.tested
     assert outcome.simpler_culprit == sample.simpler_shas[4]
+
+
+def test_a_pointer_only_bumps_good_end_is_judged_by_its_parents_runs_with_the_same_build_inputs(
+    sample_factory,
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+    parent, culprit, old = sample.pypto_shas[3], sample.pypto_shas[4], sample.simpler_shas[1]
+
+    outcome, tester = bisect(sample)
+
+    assert outcome.simpler_culprit == sample.simpler_shas[4]
+    assert (culprit, old) not in {(p, s) for _, p, s in tester.tested}
+    assert (parent, old) in {(p, s) for _, p, s in tester.tested}
+    assert outcome.simpler.observations[0] == outcome.pypto.observations[3]
 
 
 @pytest.mark.parametrize(
@@ -660,3 +676,25 @@ def test_a_session_interrupted_anywhere_and_resumed_takes_the_same_steps_to_the_
 @pytest.fixture(scope="module")
 def resumable_sample(sample_factory):
     return sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+
+
+def test_a_lie_that_sends_the_search_into_a_bump_is_undone_by_the_joint_chain(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), pypto_regression_at=6))
+    bump = sample.pypto_shas[4]
+
+    class LiesOnceAtTheBump(SpecTester):
+        """The pointer move's first run fails though the commit is good; every other run is
+        right."""
+
+        def truth(self, pypto, simpler):
+            lied = any(p == bump for _, p, _ in self.tested)
+            if pypto == bump and not lied:
+                return Verdict.BAD
+            return super().truth(pypto, simpler)
+
+    outcome, tester = bisect(sample, tester=LiesOnceAtTheBump(sample))
+
+    assert any(p == bump and level == "pypto" for level, p, _ in tester.tested)
+    assert outcome.pypto.first_bad == sample.pypto_shas[6]
+    assert outcome.source == "pypto" and outcome.simpler is None
+    assert outcome.exit_code == 0 and outcome.pypto.probability >= 0.95
