@@ -301,7 +301,9 @@ class DockerTester:
             record.verdict = Verdict.SKIP
             record.reason = str(exc).splitlines()[0]
         if self.fingerprint is not None:
-            record.fingerprint = self.fingerprint(record.image_id, record.device or "")
+            # The node's own facts (a Ray node) win over the driver host's.
+            node = record.fingerprint
+            record.fingerprint = {**self.fingerprint(record.image_id, record.device or ""), **node}
         record.finished_at = _now()
         return record
 
@@ -450,6 +452,7 @@ class DockerTester:
         record.image_id = report.image_id
         record.device = report.slot.device
         record.node = report.slot.node
+        record.fingerprint = dict(report.facts)
         outcome = judge(
             result.exit_code,
             result.output,

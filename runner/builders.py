@@ -750,6 +750,11 @@ def _find_builder(client: docker.DockerClient, key: str) -> str | None:
     return found[0].id if found else None
 
 
+def find_builder(client: docker.DockerClient, key: str) -> str | None:
+    """This engine's builder image for `key`: image ids differ between hosts, keys do not."""
+    return _find_builder(client, key)
+
+
 def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:
     """Builder images in the engine, newest first, for `builder ls`."""
     images = _builder_images(client, f"{KIND_LABEL}={BUILDER_KIND}")

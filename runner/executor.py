@@ -98,6 +98,8 @@ class RunReport:
     image_id: str
     image_s: float
     slot: Slot | None
+    # Fingerprint facts of the node that ran it (kernel, driver, npu-smi), when not this host.
+    facts: dict[str, str] = field(default_factory=dict)
 
 
 class Executor(ABC):

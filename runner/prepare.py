@@ -18,7 +18,7 @@ import docker.errors
 from runner import __version__
 from runner.builders import PackageSources, Provisioner
 from runner.config import Settings
-from runner.devices import Passthrough, is_simulator, passthrough
+from runner.devices import Passthrough, is_simulator, parse_device_map, passthrough
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import connect
 from runner.executor import Slot
@@ -173,10 +173,15 @@ def prepare(settings: Settings) -> Prepared:
             content[key] = tree_digest(root.expanduser())
     lib_digest = tree_digest(lib)
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
-    devices = passthrough(
-        settings.device_mode, settings.platform, settings.devices, settings.device_map
-    )
-    slots = device_slots(settings)
+    if settings.executor == "ray":
+        # Ray picks the cards; each node checks its own devices when a run lands there.
+        parse_device_map(settings.device_map)
+        devices, slots = Passthrough(), []
+    else:
+        devices = passthrough(
+            settings.device_mode, settings.platform, settings.devices, settings.device_map
+        )
+        slots = device_slots(settings)
     client = connect()
     image_id = base_image_id(client, settings.base_image)
     workdir = settings.workdir.expanduser().resolve()

@@ -423,6 +423,8 @@ def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
             args = parser.parse_args()
             started = time.time()
             check_device(args.platform, args.device)
+            # SAMPLE_RUN_SECONDS: how long the example computes (a run a test can interrupt).
+            time.sleep(float(os.environ.get("SAMPLE_RUN_SECONDS") or 0))
             emit_generated_code("DecodeFwd")
             # device-wait
             out = pypto.mean(VALUES)

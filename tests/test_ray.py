@@ -1,0 +1,347 @@
+"""Bisects on a real three-node Ray cluster on this machine (head + two fake-NPU workers)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.devices import Passthrough
+from runner.errors import InfrastructureError
+from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
+from runner.executor import BuildJob, RunJob
+from runner.ray_executor import NODE_DIR_ENV, NodeSettings, RayExecutor
+from runner.sample.histories import SampleSpec
+from runner.sample.packages import EXAMPLE_PATH
+from runner.sources import SourceExporter
+from runner.wheels import BuildSettings, WheelCache
+from tests.fixtures.cli import BASE_IMAGE, Cli, cli, run_args
+from tests.fixtures.ray import LOOPBACK_ONLY
+from tests.fixtures.samples import SMALL
+
+RUN_SECONDS = 2  # long enough to kill a worker while its example runs
+# A regression in a simpler commit inside a bump: both levels are bisected.
+TWO_LEVEL = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
+
+
+def ray_bisect(sample, work: Path, cache: Path, cluster) -> Cli:
+    args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
+    return cli(*args, "--json", env=cluster.env)
+
+
+@pytest.fixture(scope="module")
+def ray_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cluster's cache: wheels its nodes built for one test serve the next."""
+    return tmp_path_factory.mktemp("ray-cache")
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_driver(sample, work: Path, cache: Path, cluster) -> subprocess.Popen:
+    """`run --executor ray` in the background, each example taking RUN_SECONDS."""
+    args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
+    args += ["--run-env", f"SAMPLE_RUN_SECONDS={RUN_SECONDS}", "--json"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **cluster.env},
+    )
+
+
+def recorded(work: Path) -> list[dict]:
+    try:
+        return json.loads((work / "ledger.json").read_text())["attempts"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+
+
+def in_process_executor(cluster, cache: Path, **node: object) -> RayExecutor:
+    """This test process as the driver, with the settings of the CLI tests (NPU, /dev/null)."""
+    import ray
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    settings = {
+        "platform": "a2a3",
+        "device_mode": "explicit",
+        "device_map": ("/dev/null:/dev/davinci0",),
+        "cards_per_test": 1,
+        "cpus": None,
+        "cache_root": str(cache),
+        "probe": str(cache / "probe"),
+        **node,
+    }
+    starved = settings.pop("starved_s", 60.0)
+    return RayExecutor(
+        ray,
+        WheelCache(cache / "wheels"),
+        NodeSettings(**settings),
+        owns_connection=True,
+        starved_s=starved,
+    )
+
+
+def run_id_of(container: dict) -> str:
+    """The attempt an example container runs: its run folder is mounted at /bisect/run."""
+    mount = next(m for m in container["Mounts"] if m["Destination"] == RUN_MOUNT)
+    return Path(mount["Source"]).name
+
+
+def culprits(report: dict) -> tuple:
+    simpler = report["simpler"] or {}
+    return report["source"], report["pypto"]["first_bad"], simpler.get("culprit")
+
+
+def rounds(report: dict) -> int:
+    return len({step["round"] for step in report["steps"]})
+
+
+def test_importing_the_cli_never_imports_ray():
+    code = "import sys, runner.cli, runner.workflow; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.docker
+def test_executor_ray_without_the_extra_says_how_to_install(sample_factory, tmp_path):
+    """Ray blocked in the import system, as in an install without the extra."""
+    sample = sample_factory(TWO_LEVEL)
+    hide = (
+        "import runpy, sys\n"
+        "sys.modules['ray'] = None  # what Python makes of a module that is not installed\n"
+        "sys.argv[0] = 'bisect-precision-docker'\n"
+        "runpy.run_module('runner.cli', run_name='__main__')\n"
+    )
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache", "--executor", "ray")
+    done = subprocess.run(
+        [sys.executable, "-c", hide, *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "pip install 'bisect-precision-docker[ray]'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.docker
+def test_a_cluster_address_nobody_answers_fails_in_seconds_with_one_line(
+    sample_factory, tmp_path, unused_port
+):
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed; pip install -e '.[ray]'")
+    sample = sample_factory(TWO_LEVEL)
+    address = f"127.0.0.1:{unused_port}"
+    args = run_args(sample, tmp_path / "w", tmp_path / "c", "--executor", "ray")
+    started = time.monotonic()
+
+    result = cli(*args, "--ray-address", address, env=LOOPBACK_ONLY, timeout=120)
+
+    assert result.returncode == 4
+    assert f"no Ray cluster answers at {address}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_two_level_regression_on_three_nodes_gives_the_local_culprits_in_fewer_rounds(
+    sample_factory, bisect, ray_cluster, ray_cache, tmp_path
+):
+    sample = sample_factory(TWO_LEVEL)
+    local = bisect(sample, workdir=tmp_path / "local")
+    assert local.returncode == 0, local.stderr
+
+    started = time.monotonic()
+    result = ray_bisect(sample, tmp_path / "ray", ray_cache, ray_cluster)
+    print(f"ray bisect: {time.monotonic() - started:.1f}s")
+
+    assert result.returncode == 0, result.stderr
+    report, baseline = result.json(), local.json()
+    assert culprits(report) == culprits(baseline)
+    assert culprits(report) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
+    print(f"rounds: local {rounds(baseline)}, ray {rounds(report)}")
+    assert rounds(report) < rounds(baseline)
+    workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+    for step in report["steps"]:
+        assert step["node"].split("/")[-1] in workers, step
+        assert step["device"] == "0"
+    assert len({step["node"] for step in report["steps"]}) == 2, "both workers ran examples"
+    assert any(len([s for s in report["steps"] if s["round"] == r]) == 2 for r in range(1, 20))
+    ledger = json.loads((tmp_path / "ray" / "ledger.json").read_text())
+    made = [s["simpler"] for s in report["steps"] if s["builds"].get("simpler") == "built"]
+    made += [b["commit"] for b in ledger["ahead"] if b["package"] == "simpler"]
+    assert made and len(made) == len(set(made)), "each simpler commit built once on the cluster"
+    md = (tmp_path / "ray" / "report.md").read_text()
+    assert f"0@{report['steps'][0]['node']}" in md, "the steps table says where each ran"
+    fingerprint = ledger["attempts"][0]["fingerprint"]
+    assert {"kernel", "driver", "base_image_id"} <= set(fingerprint)
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_a_worker_then_the_driver_killed_mid_run_change_nothing_but_the_wall_time(
+    sample_factory, ray_cluster, ray_cache, docker_client, tmp_path
+):
+    """One bisect, two faults: a worker dies while its example runs (Ray re-runs the task on the
+    other worker), then the driver is SIGKILLed and the bisect is resumed with the same flags."""
+    sample = sample_factory(TWO_LEVEL)
+    work = tmp_path / "work"
+    driver = start_driver(sample, work, ray_cache, ray_cluster)
+    killed = lost_run = None
+    started = time.monotonic()
+    try:
+        deadline = time.monotonic() + 300
+        while killed is None and driver.poll() is None and time.monotonic() < deadline:
+            # One listing call: a container may be gone by the time a second call asks about it.
+            for container in docker_client.api.containers(
+                filters={"label": [f"{LABEL}=1", f"{KIND_LABEL}=example"]}
+            ):
+                owner = container["Labels"][OWNER_LABEL]
+                node = ray_cluster.worker_of(int(owner.rpartition(":")[2]))
+                if node is not None:
+                    killed = str(node.node_id)[:8]
+                    ray_cluster.kill_worker(node)
+                    lost_run = run_id_of(container)
+                    break
+            time.sleep(0.2)
+        while driver.poll() is None and time.monotonic() < deadline:
+            if any(a["run_id"] == lost_run for a in recorded(work)):
+                break  # the lost attempt is done elsewhere: now the driver goes
+            time.sleep(0.2)
+    finally:
+        driver.kill()  # SIGKILL: no cleanup of its own, its Ray tasks die with it
+        driver.communicate()
+        ray_cluster.add_worker()
+    assert killed is not None, "no example ran on a worker to kill"
+    before = recorded(work)
+
+    out, err = start_driver(sample, work, ray_cache, ray_cluster).communicate(timeout=600)
+    print(f"ray bisect with a worker and the driver killed: {time.monotonic() - started:.1f}s")
+
+    assert culprits(json.loads(out)) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3]), (
+        err
+    )
+    after = recorded(work)
+    assert after[: len(before)] == before, "what the killed driver recorded is kept as it was"
+    assert len({a["run_id"] for a in after}) == len(after)
+    rerun = [a for a in after if a["run_id"] == lost_run]
+    assert len(rerun) == 1, "the lost attempt ran again, and is recorded once"
+    assert killed not in rerun[0]["node"], "nothing is recorded from the node that died"
+    nodes = os.environ[NODE_DIR_ENV]  # where this cluster's nodes run examples from
+    orphans = [
+        c["Names"]
+        for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+        if any(str(m["Source"]).startswith(nodes) for m in c["Mounts"])
+    ]
+    assert orphans == [], "the containers of the lost run and of the killed driver were removed"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_through_ray(
+    sample_factory, ray_cluster, base_image, docker_client, builder_for_setuptools, tmp_path
+):
+    sample = sample_factory(TWO_LEVEL)
+    commit = sample.pypto_shas[0]
+    cache = tmp_path / "cache"
+    exporter = SourceExporter(sample.pypto, cache)
+    settings = BuildSettings(
+        base_image=BASE_IMAGE, base_image_id=docker_client.images.get(BASE_IMAGE).id
+    )
+    executor = in_process_executor(ray_cluster, cache, shared=False)
+    try:
+        assert len(executor.slots) == 2
+        job = BuildJob(
+            package="pypto",
+            commit=commit,
+            prepare=lambda dest: exporter.export(commit, dest),
+            settings=settings,
+            builder=builder_for_setuptools,
+            ccache_dir=tmp_path / "ccache",
+        )
+        wheel = executor.build(job).result(timeout=300)
+        assert wheel.ok and not wheel.from_cache, wheel.reason
+        assert wheel.wheel is not None and wheel.wheel.is_relative_to(cache / "wheels")
+        assert executor.build(job).result(timeout=60).from_cache, "built once, then the cache"
+
+        artifacts = tmp_path / "runs" / "001-sample"
+        report = executor.run(
+            RunJob(
+                pypto=commit,
+                simpler=None,
+                pypto_wheel=wheel.wheel,
+                simpler_wheel=None,
+                pip_wheel=None,
+                base_image=BASE_IMAGE,
+                base_image_id=settings.base_image_id,
+                run=ExampleRun(
+                    image="",
+                    lib_dir=sample.lib,
+                    script=EXAMPLE_PATH,
+                    platform="a2a3",
+                    device="0",
+                    artifacts_dir=artifacts,
+                    passthrough=Passthrough(),
+                ),
+            )
+        ).result(timeout=300)
+    finally:
+        executor.close(cancel=True)
+
+    result = report.result
+    assert result is not None and result.exit_code == 0, result
+    assert "[RUN] PASS" in result.output
+    assert result.log_path == artifacts / "log.txt" and "[RUN] PASS" in result.log_path.read_text()
+    assert list(artifacts.glob("build_output/*/kernels/aiv/*.cpp")), "generated code came back"
+    workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+    assert report.slot is not None and report.slot.node.split("/")[-1] in workers
+    assert report.slot.device == "0"
+    assert {"kernel", "driver", "npu_smi", "base_image_id"} <= set(report.facts)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_no_live_node_can_take_fails_as_infrastructure_instead_of_waiting_for_ever(
+    ray_cluster, tmp_path
+):
+    wheel = tmp_path / "pypto-0-py3-none-any.whl"
+    wheel.write_bytes(b"never installed: no node can take the run")
+    executor = in_process_executor(ray_cluster, tmp_path / "cache", cards_per_test=3, starved_s=2)
+    job = RunJob(
+        pypto="0" * 40,
+        simpler=None,
+        pypto_wheel=wheel,
+        simpler_wheel=None,
+        pip_wheel=None,
+        base_image=BASE_IMAGE,
+        base_image_id="sha256:" + "0" * 64,
+        run=ExampleRun(
+            image="",
+            lib_dir=tmp_path,
+            script=EXAMPLE_PATH,
+            platform="a2a3",
+            device="0",
+            artifacts_dir=tmp_path / "runs" / "001",
+            passthrough=Passthrough(),
+        ),
+    )
+    try:
+        assert executor.slots == [], "two cards in the cluster, three per test"
+        with pytest.raises(InfrastructureError, match="waited 2s for a Ray node with NPU"):
+            executor.run(job).result(timeout=60)
+    finally:
+        executor.close(cancel=True)
