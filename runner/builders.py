@@ -746,7 +746,14 @@ def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
 
 
 def _find_builder(client: docker.DockerClient, key: str) -> str | None:
-    found = _builder_images(client, f"{KEY_LABEL}={key}")
+    """The builder with this key. Images built FROM a builder inherit its labels (a test image
+    layered on it, say): they are never the builder, and the builder is older than each."""
+    found = [
+        image
+        for image in _builder_images(client, f"{KEY_LABEL}={key}")
+        if not (image.labels or {}).get(f"{LABEL}.pypto")
+    ]
+    found.sort(key=lambda image: str(image.attrs.get("Created", "")))
     return found[0].id if found else None
 
 

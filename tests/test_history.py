@@ -401,8 +401,9 @@ def test_spread_bumps_move_the_pointer_every_few_commits_by_the_same_span(sample
 
 def test_an_example_given_seconds_waits_that_long_and_still_passes(tmp_path):
     write_lib(tmp_path / "lib")
-    assert "time.sleep" not in (tmp_path / "lib" / EXAMPLE_PATH).read_text()
+    assert "time.sleep(1.5)" not in (tmp_path / "lib" / EXAMPLE_PATH).read_text()
     write_lib(tmp_path / "slow", example_seconds=1.5)
+    assert "time.sleep(1.5)" in (tmp_path / "slow" / EXAMPLE_PATH).read_text()
     write_pypto(tmp_path / "pkg", revision=0, uses_simpler=False)
     started = time.monotonic()
     completed = subprocess.run(
