@@ -137,10 +137,9 @@ class DockerTester:
         with self._ahead_lock:
             ahead, self._ahead = self._ahead, []
         claimed = {
-            (package, a.pypto_sha if package == "pypto" else a.simpler_sha)
+            wheel
             for a in self.ledger.document.attempts
-            for package, state in a.builds.items()
-            if state in ("built", "failed")
+            for wheel in _wheels_in(a, ("built", "failed"))
         }
         self.ledger.record_ahead([b for b in ahead if (b.package, b.commit) not in claimed])
 
@@ -195,10 +194,7 @@ class DockerTester:
                     running[self._pipelines.submit(self._attempt, request, number)] = index
                     continue
                 self.ledger.record(attempt)
-                for package, wheel in attempt.builds.items():
-                    commit = attempt.pypto_sha if package == "pypto" else attempt.simpler_sha
-                    if commit and wheel in ("built", "cached"):
-                        self._built.add((package, commit))
+                self._built.update(_wheels_in(attempt, ("built", "cached")))
                 results[index] = attempt
                 if done is not None:
                     done(attempt)
@@ -238,10 +234,9 @@ class DockerTester:
         """Wheels, then the test image: a speculative test minus the run. Failures are quiet
         here; the real test meets them again and handles them."""
         with contextlib.suppress(Exception):
-            overrides: dict[str, str | None] = {self.path: simpler} if simpler else {}
-            with self._git:
-                self.exporter.check(pypto, overrides=overrides, skip=self.omit)
-            wheels = self._wheels(pypto, simpler, speculative=True)
+            self._check_sources(pypto, simpler)
+            builders = self._builders(pypto, simpler)
+            wheels = self._wheels(pypto, simpler, builders, speculative=True)
             with self._ahead_lock:
                 self._ahead += [
                     AheadBuild(
@@ -261,7 +256,9 @@ class DockerTester:
                 self._built.update((name, w.commit) for name, w in wheels.items())
                 scratch = self.workdir / "prefetch"
                 self.executor.run(
-                    self._run_job(pypto, simpler, wheels, scratch, speculative=True)
+                    self._run_job(
+                        pypto, simpler, wheels, builders["pypto"], scratch, speculative=True
+                    )
                 ).result()
 
     # -- one attempt (a pipeline thread) ---------------------------------------------------
@@ -307,14 +304,31 @@ class DockerTester:
         record.finished_at = _now()
         return record
 
-    def _builder(self, package: str, commit: str, at: str | None) -> Builder | None:
-        if self.toolchains is None:
-            return None
+    def _check_sources(self, pypto: str, simpler: str | None) -> None:
+        """Every source a pair needs must exist before anything is built for it."""
+        overrides: dict[str, str | None] = {self.path: simpler} if simpler is not None else {}
         with self._git:
-            return self.toolchains.builder(package, commit, at)
+            self.exporter.check(pypto, overrides=overrides, skip=self.omit)
+
+    def _builders(self, pypto: str, simpler: str | None) -> dict[str, Builder | None]:
+        """The builder of each package of a pair (None without toolchains)."""
+        builders: dict[str, Builder | None] = {"pypto": None}
+        if simpler is not None:
+            builders["simpler"] = None
+        if self.toolchains is not None:
+            with self._git:
+                builders["pypto"] = self.toolchains.builder("pypto", pypto, None)
+                if simpler is not None:
+                    builders["simpler"] = self.toolchains.builder("simpler", simpler, pypto)
+        return builders
 
     def _wheels(
-        self, pypto: str, simpler: str | None, *, speculative: bool = False
+        self,
+        pypto: str,
+        simpler: str | None,
+        builders: Mapping[str, Builder | None],
+        *,
+        speculative: bool = False,
     ) -> dict[str, WheelResult]:
         """Both wheels of a pair, built at once (simpler first in the queue)."""
         jobs: list[BuildJob] = []
@@ -324,7 +338,7 @@ class DockerTester:
                     "simpler",
                     simpler,
                     lambda dest: self.exporter.export_submodule(self.path, simpler, dest, at=pypto),
-                    self._builder("simpler", simpler, pypto),
+                    builders["simpler"],
                     speculative,
                 )
             )
@@ -333,7 +347,7 @@ class DockerTester:
                 "pypto",
                 pypto,
                 lambda dest: self.exporter.export(pypto, dest, skip=self.omit),
-                self._builder("pypto", pypto, None),
+                builders["pypto"],
                 speculative,
             )
         )
@@ -372,22 +386,20 @@ class DockerTester:
         pypto: str,
         simpler: str | None,
         wheels: Mapping[str, WheelResult],
+        builder: Builder | None,
         artifacts: Path,
         *,
         speculative: bool = False,
     ) -> RunJob:
+        """`builder`: pypto's, whose pip wheel installs the wheels into a base without pip."""
         pypto_wheel = wheels["pypto"].wheel
         assert pypto_wheel is not None
-        pip_wheel = None
-        if self.toolchains is not None:
-            builder = self._builder("pypto", pypto, None)
-            pip_wheel = builder.pip_wheel if builder else None
         return RunJob(
             pypto=pypto,
             simpler=simpler,
             pypto_wheel=pypto_wheel,
             simpler_wheel=wheels["simpler"].wheel if simpler is not None else None,
-            pip_wheel=pip_wheel,
+            pip_wheel=builder.pip_wheel if builder else None,
             base_image=self.build.base_image,
             base_image_id=self.build.base_image_id,
             speculative=speculative,
@@ -411,19 +423,14 @@ class DockerTester:
 
     def _build_and_run(self, record: Attempt, artifacts: Path) -> None:
         pypto, simpler = record.pypto_sha, record.simpler_sha
-        # Every source this test needs must exist before anything is built for it.
         self.phase("sources")
-        overrides: dict[str, str | None] = {self.path: simpler} if simpler is not None else {}
-        with self._git:
-            self.exporter.check(pypto, overrides=overrides, skip=self.omit)
-        builders = {"pypto": self._builder("pypto", pypto, None)}
-        if simpler is not None:
-            builders["simpler"] = self._builder("simpler", simpler, pypto)
+        self._check_sources(pypto, simpler)
+        builders = self._builders(pypto, simpler)
         for name, builder in builders.items():
             if builder is not None:
                 record.builders[name] = builder.image_id
                 record.build_tools[name] = list(builder.resolution.pins)
-        wheels = self._wheels(pypto, simpler)
+        wheels = self._wheels(pypto, simpler, builders)
         for name in ("simpler", "pypto"):
             wheel = wheels.get(name)
             if wheel is None:
@@ -445,7 +452,8 @@ class DockerTester:
                 return
 
         self.phase("run")
-        report = self.executor.run(self._run_job(pypto, simpler, wheels, artifacts)).result()
+        job = self._run_job(pypto, simpler, wheels, builders["pypto"], artifacts)
+        report = self.executor.run(job).result()
         result = report.result
         assert result is not None and report.slot is not None
         record.build_s += report.image_s
@@ -480,6 +488,16 @@ class DockerTester:
         record.exit_code = result.exit_code
         record.run_s = result.seconds
         record.log_path = str(result.log_path)
+
+
+def _wheels_in(attempt: Attempt, states: Collection[str]) -> list[tuple[str, str]]:
+    """(package, commit) of the attempt's wheels whose build state is one of `states`."""
+    out = []
+    for package, state in attempt.builds.items():
+        commit = attempt.pypto_sha if package == "pypto" else attempt.simpler_sha
+        if commit and state in states:
+            out.append((package, commit))
+    return out
 
 
 def _build_state(wheel: WheelResult) -> str:

@@ -605,12 +605,12 @@ class Provisioner:
     def builder(self, resolution: Resolution, where: str) -> Builder:
         """The builder image for a resolution: from memory, from the engine, or built now."""
         cached = self._builders.get(resolution.key())
-        if cached is not None and _find_builder(self.client, cached.key) == cached.image_id:
+        if cached is not None and find_builder(self.client, cached.key) == cached.image_id:
             return cached  # still in the engine: someone may have pruned it meanwhile
         wheels_dir = self.download(resolution, where)
         names = tuple(sorted(p.name for p in wheels_dir.glob("*.whl")))
         key = _builder_key(self.base_image_id, wheels_dir, names)
-        image_id = _find_builder(self.client, key)
+        image_id = find_builder(self.client, key)
         built = False
         if image_id is None:
             image_id = self._build(key, wheels_dir, names, resolution)
@@ -745,9 +745,12 @@ def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
         ) from exc
 
 
-def _find_builder(client: docker.DockerClient, key: str) -> str | None:
-    """The builder with this key. Images built FROM a builder inherit its labels (a test image
-    layered on it, say): they are never the builder, and the builder is older than each."""
+def find_builder(client: docker.DockerClient, key: str) -> str | None:
+    """This engine's builder image for `key` (image ids differ between hosts, keys do not).
+
+    Images built FROM a builder inherit its labels (a test image layered on it, say): they are
+    never the builder, and the builder is older than each.
+    """
     found = [
         image
         for image in _builder_images(client, f"{KEY_LABEL}={key}")
@@ -755,11 +758,6 @@ def _find_builder(client: docker.DockerClient, key: str) -> str | None:
     ]
     found.sort(key=lambda image: str(image.attrs.get("Created", "")))
     return found[0].id if found else None
-
-
-def find_builder(client: docker.DockerClient, key: str) -> str | None:
-    """This engine's builder image for `key`: image ids differ between hosts, keys do not."""
-    return _find_builder(client, key)
 
 
 def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:

@@ -154,12 +154,7 @@ class LevelResult:
     @property
     def verdicts(self) -> dict[int, Verdict]:
         """One verdict per tested index: the policy's (fixed repeats) or the majority's."""
-        out: dict[int, Verdict] = {}
-        for index, seen in self.observations.items():
-            verdict = aggregate(seen, self.policy if self.repeat else "majority")
-            if verdict is not None:
-                out[index] = verdict
-        return out
+        return _verdicts(self.observations, self.repeat, self.policy)
 
     @property
     def first_bad(self) -> str | None:
