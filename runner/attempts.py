@@ -27,6 +27,7 @@ from runner.search import Verdict
 from runner.session import Request
 from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
+from runner.turns import Turns
 from runner.verdict import VerdictPatterns, infrastructure_fault, judge
 from runner.wheels import BuildSettings, WheelCache, WheelResult
 
@@ -102,13 +103,15 @@ class DockerTester:
         self.infra_retries = max(1, infra_retries)
         self.phase = phase or (lambda _name: None)
         self.echo = echo
-        self._git = threading.Lock()  # exports and builder resolution read shared mirrors
+        self._git = Turns()  # exports and builder resolution read shared mirrors; tests first
         self._claim = threading.Lock()
         self._claimed: list[str] = []
         self._built: set[tuple[str, str]] = {
             (entry.package, entry.commit) for entry in cache.entries() if entry.ok
         }
         self._prefetched: set[tuple[str, str | None]] = set()
+        # pypto commits already layered into a test image (see `_run_job`).
+        self._layered: set[str] = {a.pypto_sha for a in ledger.document.attempts if a.image_id}
         self._ahead: list[AheadBuild] = []  # finished speculative builds, until recorded
         self._ahead_lock = threading.Lock()
         rounds = [a.round for a in ledger.document.attempts if a.round is not None]
@@ -234,8 +237,8 @@ class DockerTester:
         """Wheels, then the test image: a speculative test minus the run. Failures are quiet
         here; the real test meets them again and handles them."""
         with contextlib.suppress(Exception):
-            self._check_sources(pypto, simpler)
-            builders = self._builders(pypto, simpler)
+            self._check_sources(pypto, simpler, speculative=True)
+            builders = self._builders(pypto, simpler, speculative=True)
             wheels = self._wheels(pypto, simpler, builders, speculative=True)
             with self._ahead_lock:
                 self._ahead += [
@@ -304,19 +307,21 @@ class DockerTester:
         record.finished_at = _now()
         return record
 
-    def _check_sources(self, pypto: str, simpler: str | None) -> None:
+    def _check_sources(self, pypto: str, simpler: str | None, speculative: bool = False) -> None:
         """Every source a pair needs must exist before anything is built for it."""
         overrides: dict[str, str | None] = {self.path: simpler} if simpler is not None else {}
-        with self._git:
+        with self._git.turn(speculative):
             self.exporter.check(pypto, overrides=overrides, skip=self.omit)
 
-    def _builders(self, pypto: str, simpler: str | None) -> dict[str, Builder | None]:
+    def _builders(
+        self, pypto: str, simpler: str | None, speculative: bool = False
+    ) -> dict[str, Builder | None]:
         """The builder of each package of a pair (None without toolchains)."""
         builders: dict[str, Builder | None] = {"pypto": None}
         if simpler is not None:
             builders["simpler"] = None
         if self.toolchains is not None:
-            with self._git:
+            with self._git.turn(speculative):
                 builders["pypto"] = self.toolchains.builder("pypto", pypto, None)
                 if simpler is not None:
                     builders["simpler"] = self.toolchains.builder("simpler", simpler, pypto)
@@ -366,7 +371,7 @@ class DockerTester:
         speculative: bool,
     ) -> BuildJob:
         def prepare(dest: Path) -> object:
-            with self._git:
+            with self._git.turn(speculative):
                 return export(dest)
 
         ccache = self.ccache_dir / package  # one cache per repository, shared by all its builds
@@ -394,6 +399,9 @@ class DockerTester:
         """`builder`: pypto's, whose pip wheel installs the wheels into a base without pip."""
         pypto_wheel = wheels["pypto"].wheel
         assert pypto_wheel is not None
+        # A pypto commit already in an image is pinned while simpler moves: share its layer.
+        pypto_first = pypto in self._layered
+        self._layered.add(pypto)
         return RunJob(
             pypto=pypto,
             simpler=simpler,
@@ -403,6 +411,7 @@ class DockerTester:
             base_image=self.build.base_image,
             base_image_id=self.build.base_image_id,
             speculative=speculative,
+            pypto_first=pypto_first,
             run=ExampleRun(
                 image="",
                 lib_dir=self.run.lib_dir,

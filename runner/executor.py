@@ -90,6 +90,7 @@ class RunJob:
     base_image_id: str
     run: ExampleRun  # device, passthrough and cpus are the slot's
     speculative: bool = False  # only layer the image (a prefetch): no device, no run
+    pypto_first: bool = False  # pypto's wheel is the layer earlier images share
 
 
 @dataclass
@@ -447,6 +448,7 @@ def run_on_node(
         echo=None if job.speculative else echo,
         pip_wheel=job.pip_wheel,
         speculative=job.speculative,
+        pypto_first=job.pypto_first,
     )
     image_s = time.monotonic() - started
     if job.speculative:

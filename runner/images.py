@@ -15,9 +15,8 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -30,6 +29,7 @@ import requests.exceptions
 import runner
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import LABEL
+from runner.turns import Turns
 from runner.wheels import file_sha256
 
 TEMPLATE_NAME = "test-image.Dockerfile.j2"
@@ -94,8 +94,12 @@ def render_dockerfile(
     labels: Mapping[str, str],
     base_user: str | None = None,
     pip_wheel: str | None = None,
+    pypto_first: bool = False,
 ) -> str:
     """The Dockerfile text; wheels are file names inside the build context's `wheels/` folder.
+
+    Each wheel is its own layer, simpler's first unless `pypto_first`: the one that earlier
+    images of the session share goes first, so their build reuses its layer.
 
     `pip_wheel`: a pip wheel to install with, for a base image without pip.
 
@@ -108,8 +112,13 @@ def render_dockerfile(
     return render_template(
         TEMPLATE_NAME,
         base_image_ref=base_image_ref,
-        simpler_wheel=simpler_wheel,
-        pypto_wheel=pypto_wheel,
+        wheels=[
+            wheel
+            for wheel in (
+                (pypto_wheel, simpler_wheel) if pypto_first else (simpler_wheel, pypto_wheel)
+            )
+            if wheel is not None
+        ],
         labels=dict(labels),
         base_user=base_user,
         pip_wheel=pip_wheel,
@@ -232,12 +241,15 @@ def ensure_test_image(
     echo: Echo | None = None,
     pip_wheel: Path | None = None,
     speculative: bool = False,
+    pypto_first: bool = False,
 ) -> TestImage:
     """The test image for this pypto/simpler pair: reused when one with equal labels exists.
 
     A `speculative` image (layered ahead of need) waits while a test waits for its own.
 
     `pip_wheel` installs the wheels when the base image has no pip (the image keeps none).
+    `pypto_first` layers pypto's wheel before simpler's (see `render_dockerfile`); an image
+    with equal labels is reused whatever its order, since the order changes no file in it.
 
     The image is pinned to the base image *id*, so a base tag moved mid-bisect cannot mix two
     environments into one bisect.
@@ -275,6 +287,7 @@ def ensure_test_image(
             labels=labels,
             base_user=base_user(client, base_image, base_image_id),
             pip_wheel=pip_wheel.name if pip_wheel else None,
+            pypto_first=pypto_first,
         )
         context = Path(tempfile.mkdtemp(prefix="bisect-precision-image-"))
         try:
@@ -315,31 +328,7 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
         raise InfrastructureError(f"cannot tag image {image_id[:19]} as {tag}: {exc}") from exc
 
 
-class _Turns:
-    """One image build at a time in this process; those a test waits for go before guesses."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._busy = False
-        self._needed_waiting = 0
-
-    @contextlib.contextmanager
-    def turn(self, speculative: bool) -> Iterator[None]:
-        with self._cond:
-            self._needed_waiting += not speculative
-            while self._busy or (speculative and self._needed_waiting):
-                self._cond.wait()
-            self._needed_waiting -= not speculative
-            self._busy = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-
-
-_BUILDS = _Turns()
+_BUILDS = Turns()
 _RUN_FAILED = "returned a non-zero code"  # the legacy builder's message for a failing RUN
 
 

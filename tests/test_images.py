@@ -41,6 +41,7 @@ def sha(name: str) -> str:
 @dataclass(frozen=True)
 class Wheels:
     simpler: Path
+    simpler_2: Path
     pypto_1: Path
     pypto_2: Path
     pypto_alone: Path
@@ -64,13 +65,14 @@ def wheels(
     settings = BuildSettings(base_image=base_image, base_image_id=base_image_id, timeout=120)
     sources = {
         "simpler": lambda d: write_simpler(d, revision=1),
+        "simpler_2": lambda d: write_simpler(d, revision=2),
         "pypto_1": lambda d: write_pypto(d, revision=1),
         "pypto_2": lambda d: write_pypto(d, revision=2, factor=1.5),
         "pypto_alone": lambda d: write_pypto(d, revision=0, uses_simpler=False),
     }
     built = {}
     for name, write in sources.items():
-        package = "simpler" if name == "simpler" else "pypto"
+        package = "simpler" if name.startswith("simpler") else "pypto"
         result = build_wheel(
             docker_client,
             cache,
@@ -185,6 +187,45 @@ def test_pypto_commits_pinning_the_same_simpler_share_its_layer(
         docker_client, images[1].tag, "import pypto; print(pypto.FACTOR)", tmp_path / "r"
     )
     assert output.strip() == "1.5"
+
+
+@pytest.mark.docker
+def test_simpler_commits_under_a_pinned_pypto_share_its_layer(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    # A pypto no other test layers with a simpler: an equal image would be reused as it is.
+    images = [
+        ensure_test_image(
+            docker_client,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=sha("pypto_alone"),
+            pypto_wheel=wheels.pypto_alone,
+            simpler_sha=sha(name),
+            simpler_wheel=wheel,
+            log_path=tmp_path / f"{name}.log",
+            pypto_first=True,
+        )
+        for name, wheel in (("simpler", wheels.simpler), ("simpler_2", wheels.simpler_2))
+    ]
+
+    base_layers = docker_client.images.get(base_image_id).attrs["RootFS"]["Layers"]
+    first, second = (docker_client.images.get(i.image_id).attrs["RootFS"]["Layers"] for i in images)
+    shared = len(base_layers) + 2  # COPY + RUN of the pypto wheel
+    assert first[:shared] == second[:shared]
+    assert first[shared:] != second[shared:]
+    assert "Using cache" in (tmp_path / "simpler_2.log").read_text()
+    output = run_in(
+        docker_client,
+        images[1].tag,
+        "import pypto, simpler; print(pypto.REVISION, simpler.describe())",
+        tmp_path / "r",
+    )
+    assert output.strip() == "0 simpler r2"
 
 
 @pytest.mark.docker
@@ -303,7 +344,7 @@ def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
         docker_client.images.get(copied)  # the failed build's own step images are gone
 
 
-def test_the_dockerfile_installs_simpler_first_labels_last_and_keeps_the_entrypoint() -> None:
+def test_the_dockerfile_puts_the_shared_wheel_first_labels_last_keeps_the_entrypoint() -> None:
     text = render_dockerfile(
         base_image_ref="sha256:" + "a" * 64,
         simpler_wheel="simpler-0.1.0-py3-none-any.whl",
@@ -319,6 +360,16 @@ def test_the_dockerfile_installs_simpler_first_labels_last_and_keeps_the_entrypo
     assert text.index("simpler-0.1.0") < text.index("pypto-0.2.0")
     assert lines[-1] == f'LABEL "{LABEL}.note"="say \\"hi\\"" "{LABEL}.pypto"="abc"'
     assert not {"ENTRYPOINT", "CMD", "USER"} & set(instructions)
+
+    pinned = render_dockerfile(
+        base_image_ref="base",
+        simpler_wheel="simpler-0.1.0-py3-none-any.whl",
+        pypto_wheel="pypto-0.2.0-py3-none-any.whl",
+        labels={},
+        pypto_first=True,
+    )
+    assert pinned.index("COPY wheels/pypto-0.2.0") < pinned.index("COPY wheels/simpler-0.1.0")
+    assert pinned.count("pip install") == 2
 
     alone = render_dockerfile(
         base_image_ref="base",
