@@ -241,12 +241,16 @@ def decide(
     runs = sum(t.runs for t in tallies.values())
     if budget is None:
         budget = default_budget(count)
+    doubt = model
     if mass >= confidence:
-        unsure = _unreplicated(count, tallies, first, last, REPLICATE)
-        if unsure:
-            return Test((unsure[0],))
-        return Found(first) if first == last else Inconclusive(first, last)
-    pick = None if runs >= budget else model.best_test(retest_endpoints)
+        worst = _worst_rates(model, first, last, confidence)
+        if worst is None:
+            unsure = _unreplicated(count, tallies, first, last, REPLICATE)
+            if unsure:
+                return Test((unsure[0],))
+            return Found(first) if first == last else Inconclusive(first, last)
+        doubt = worst
+    pick = None if runs >= budget else doubt.best_test(retest_endpoints)
     if pick is None:
         probs = (0.0, *model.posterior)
         order = sorted(range(1, count), key=lambda i: (-probs[i], i))
@@ -259,6 +263,52 @@ def decide(
             covered += probs[i]
         return LowConfidence(tuple(ranked))
     return Test((pick,))
+
+
+RATE_GRID = (0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45)
+"""The flake rates (each side) the robust check tries once a record contradicts itself."""
+
+
+def _worst_rates(model: _Model, first: int, last: int, confidence: float) -> _Model | None:
+    """The model with fixed flake rates under which the block is least likely, when that is
+    below the confidence for rates the record has not ruled out; None when the block holds.
+
+    The mixture prior is what keeps a deterministic example cheap, and it is also what makes
+    the posterior overconfident on a flaky one: the hypothesis that needs the fewest lies wins,
+    because the rates are learnt from the same runs, and a record with a lie at the boundary
+    looks cleaner with the wrong boundary. Once the record contradicts itself (some run
+    disagrees with the likeliest boundary, or the level above saw a lie), the example is known
+    to be flaky and the block must reach the confidence under every pair of fixed rates (false
+    fail, false pass) whose likelihood is within a factor 1 / (1 - confidence) of the best
+    pair's: those are the rates the record has not ruled out. The next test is then the one
+    that would tell most under the worst of them. A record without contradictions is left to
+    the mixture prior: it cannot tell a deterministic example from a lucky flaky one, and
+    `REPLICATE` guards its boundary.
+    """
+    top = max(range(len(model.posterior)), key=model.posterior.__getitem__)
+    if model.errors[top] == 0:
+        return None
+    worst: tuple[float, float, float] | None = None
+    plausible: list[tuple[float, float, float, list[float]]] = []
+    best = -math.inf
+    for ff in RATE_GRID:
+        for fp in RATE_GRID:
+            logs = model.fixed_log_likelihoods(ff, fp)
+            peak = max(logs)
+            total = peak + math.log(sum(math.exp(v - peak) for v in logs))
+            best = max(best, total)
+            plausible.append((ff, fp, total, logs))
+    cut = best + math.log(1 - confidence)
+    for ff, fp, total, logs in plausible:
+        if total < cut:
+            continue
+        p = sum(math.exp(logs[h - 1] - total) for h in range(first, last + 1))
+        if worst is None or p < worst[0]:
+            worst = (p, ff, fp)
+    assert worst is not None
+    if worst[0] >= confidence:
+        return None
+    return model.with_rates(worst[1], worst[2])
 
 
 REPLICATE = 2
@@ -396,9 +446,13 @@ class _Model:
     ) -> None:
         self.count = count
         self.tallies = tallies
+        self.prior = prior
+        self.weights = weights
         good = [tallies[i].good if i in tallies else 0 for i in range(count)]
         bad = [tallies[i].bad if i in tallies else 0 for i in range(count)]
         total_good, total_bad = sum(good), sum(bad)
+        # per hypothesis: (false fails, true passes, false passes, true fails), carried included
+        self.sides: list[tuple[int, int, int, int]] = []
         log_weights: list[float] = []
         self.fail_if_good: list[float] = []  # predictive P(fail) of an index before h
         self.fail_if_bad: list[float] = []  # predictive P(fail) of an index at or after h
@@ -411,6 +465,14 @@ class _Model:
             fails_after = total_bad - fails_before
             # good side: errors are fails; bad side: errors are passes
             ev = prior.evidence
+            self.sides.append(
+                (
+                    fails_before + ev[0],
+                    passes_before + ev[1],
+                    passes_after + ev[2],
+                    fails_after + ev[3],
+                )
+            )
             log_ml, error_good, error_bad, flaky = _sides(
                 prior,
                 (fails_before + ev[0], passes_before + ev[1]),
@@ -425,6 +487,35 @@ class _Model:
         total = sum(weights)
         self.posterior = [w / total for w in weights]
         self.flaky = sum(p * f for p, f in zip(self.posterior, flaky_if, strict=True))
+
+    @property
+    def errors(self) -> list[int]:
+        """How many runs each hypothesis calls lies."""
+        return [s[0] + s[2] for s in self.sides]
+
+    def fixed_log_likelihoods(self, false_fail: float, false_pass: float) -> list[float]:
+        """log(weight * P(runs | h)) of each hypothesis with the flake rates known."""
+        lf, lt = math.log(false_fail), math.log(1 - false_fail)
+        lp, lb = math.log(false_pass), math.log(1 - false_pass)
+        out = []
+        for h, (ff, tp, fp, tf) in enumerate(self.sides, start=1):
+            w = math.log(self.weights[h]) if self.weights is not None else 0.0
+            out.append(w + ff * lf + tp * lt + fp * lp + tf * lb)
+        return out
+
+    def with_rates(self, false_fail: float, false_pass: float) -> _Model:
+        """This record's model with the flake rates known: its posterior and test gains."""
+        fixed = _Model.__new__(_Model)
+        fixed.count, fixed.tallies = self.count, self.tallies
+        fixed.prior, fixed.weights, fixed.sides = self.prior, self.weights, self.sides
+        logs = self.fixed_log_likelihoods(false_fail, false_pass)
+        peak = max(logs)
+        raw = [math.exp(v - peak) for v in logs]
+        fixed.posterior = [r / sum(raw) for r in raw]
+        fixed.fail_if_good = [false_fail] * len(logs)
+        fixed.fail_if_bad = [1 - false_pass] * len(logs)
+        fixed.flaky = 1.0
+        return fixed
 
     def best_test(self, retest_endpoints: bool = True) -> int | None:
         """The testable index with the largest expected information gain, or None if no test
