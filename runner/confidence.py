@@ -22,7 +22,9 @@ bad commit (endpoints aside) each showed their verdict ``REPLICATE`` times. One 
 the search leaves a record that is consistent with the wrong boundary and with nothing else: the
 lie sits at that boundary, and only running it again can expose it. The posterior cannot see this
 on its own, because what it believes about the flake rates comes from the very runs the lie
-left consistent.
+left consistent. A session that checks for drift at the end asks the last good commit for one pass
+more and takes that last run as its drift check. A record that contradicts itself must also hold
+under every flake rate it has not ruled out (`_worst_rates`).
 
 Untestable commits (a skip) are never offered again. Candidates that only untestable commits
 separate cannot be told apart by any test, so they are pooled into one block; a block that reaches
@@ -44,6 +46,8 @@ from runner.search import Found, Inconclusive, Test, Verdict
 DEFAULT_CONFIDENCE = 0.95
 ENDPOINT_TRIES = 5
 PAIR_TRIES = 6
+REPLICATE = 2
+"""How many times each side of a reported boundary must have shown its verdict."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,7 @@ def decide(
     retest_endpoints: bool = True,
     weights: Sequence[float] | None = None,
     descend: Collection[int] = (),
+    last_good_runs: int = REPLICATE,
 ) -> Decision:
     """Found / Inconclusive when one block of candidates reaches ``confidence`` and its boundary
     reproduced; else what to test.
@@ -222,7 +227,8 @@ def decide(
     the hypotheses' prior weights. A hypothesis in ``descend`` is refined by a second level: once
     it is the likeliest block and nothing but its boundary is left to test (or it reached the
     confidence), the answer is `Descend`, and the second level checks that boundary with every
-    run of both levels.
+    run of both levels. ``last_good_runs`` is how many passes the last good commit needs: the
+    session asks one more than `REPLICATE` when that last run also serves as its drift check.
     """
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence must be between 0.5 and 1, got {confidence}")
@@ -245,7 +251,7 @@ def decide(
     if mass >= confidence:
         worst = _worst_rates(model, first, last, confidence)
         if worst is None:
-            unsure = _unreplicated(count, tallies, first, last, REPLICATE)
+            unsure = _unreplicated(count, tallies, first, last, last_good_runs)
             if unsure:
                 return Test((unsure[0],))
             return Found(first) if first == last else Inconclusive(first, last)
@@ -311,19 +317,16 @@ def _worst_rates(model: _Model, first: int, last: int, confidence: float) -> _Mo
     return model.with_rates(worst[1], worst[2])
 
 
-REPLICATE = 2
-"""How many times each side of a reported boundary must have shown its verdict."""
-
-
 def _unreplicated(
-    count: int, tallies: Mapping[int, Tally], first: int, last: int, times: int
+    count: int, tallies: Mapping[int, Tally], first: int, last: int, good_times: int
 ) -> list[int]:
-    """The boundary commits of a block that have not shown their verdict ``times`` times.
-
-    The first bad commit (``last``) and the last good one (``first - 1``), endpoints excepted:
-    every hypothesis takes those as good and bad, and they were verified on their own."""
+    """The boundary commits of a block that have not shown their verdict often enough: the
+    first bad commit (``last``) `REPLICATE` times, the last good one (``first - 1``)
+    ``good_times`` times, endpoints excepted (every hypothesis takes those as good and bad, and
+    they were verified on their own). The last good commit comes last, so a session can take
+    its last run as the proof that good commits still pass at the end."""
     out = []
-    for index, verdict in ((last, "bad"), (first - 1, "good")):
+    for index, verdict, times in ((last, "bad", REPLICATE), (first - 1, "good", good_times)):
         if not 0 < index < count - 1:
             continue
         t = tallies.get(index, Tally())

@@ -359,3 +359,10 @@ def test_a_pointer_move_is_handed_to_the_second_level_once_only_its_boundary_is_
     assert decide(10, observations) in (Test((4,)), Test((5,)))  # a plain commit: re-test it
     assert decide(10, observations, descend={5}) == Descend(5)
     assert decide(10, {0: [G], 9: [B], 4: [G]}, descend={5}) != Descend(5)  # not settled yet
+
+
+def test_the_last_good_commit_passes_once_more_when_its_last_run_is_also_the_drift_check():
+    observations = {0: [G], 2: [G], 3: [G, G], 4: [B, B], 5: [B], 7: [B]}
+    assert decide(8, observations) == Found(4)
+    assert decide(8, observations, last_good_runs=3) == Test((3,))
+    assert decide(8, {**observations, 3: [G, G, G]}, last_good_runs=3) == Found(4)
