@@ -446,7 +446,10 @@ class _Model:
         tallies: Mapping[int, Tally],
         prior: FlakePrior,
         weights: Sequence[float] | None = None,
+        rates: tuple[float, float] | None = None,
     ) -> None:
+        """``rates`` (false fail, false pass) fixes the flake rates instead of the prior's
+        mixture: the posterior and test gains of a model that knows them."""
         self.count = count
         self.tallies = tallies
         self.prior = prior
@@ -485,10 +488,14 @@ class _Model:
             self.fail_if_good.append(error_good)
             self.fail_if_bad.append(1 - error_bad)
             flaky_if.append(flaky)
+        if rates is not None:
+            log_weights = self.fixed_log_likelihoods(*rates)
+            self.fail_if_good = [rates[0]] * (count - 1)
+            self.fail_if_bad = [1 - rates[1]] * (count - 1)
         top = max(log_weights)
-        weights = [math.exp(w - top) for w in log_weights]
-        total = sum(weights)
-        self.posterior = [w / total for w in weights]
+        scaled = [math.exp(w - top) for w in log_weights]
+        total = sum(scaled)
+        self.posterior = [w / total for w in scaled]
         self.flaky = sum(p * f for p, f in zip(self.posterior, flaky_if, strict=True))
 
     @property
@@ -508,17 +515,8 @@ class _Model:
 
     def with_rates(self, false_fail: float, false_pass: float) -> _Model:
         """This record's model with the flake rates known: its posterior and test gains."""
-        fixed = _Model.__new__(_Model)
-        fixed.count, fixed.tallies = self.count, self.tallies
-        fixed.prior, fixed.weights, fixed.sides = self.prior, self.weights, self.sides
-        logs = self.fixed_log_likelihoods(false_fail, false_pass)
-        peak = max(logs)
-        raw = [math.exp(v - peak) for v in logs]
-        fixed.posterior = [r / sum(raw) for r in raw]
-        fixed.fail_if_good = [false_fail] * len(logs)
-        fixed.fail_if_bad = [1 - false_pass] * len(logs)
-        fixed.flaky = 1.0
-        return fixed
+        rates = (false_fail, false_pass)
+        return _Model(self.count, self.tallies, self.prior, self.weights, rates)
 
     def best_test(self, retest_endpoints: bool = True) -> int | None:
         """The testable index with the largest expected information gain, or None if no test
