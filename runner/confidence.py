@@ -22,7 +22,9 @@ bad commit (endpoints aside) each showed their verdict ``REPLICATE`` times. One 
 the search leaves a record that is consistent with the wrong boundary and with nothing else: the
 lie sits at that boundary, and only running it again can expose it. The posterior cannot see this
 on its own, because what it believes about the flake rates comes from the very runs the lie
-left consistent.
+left consistent. A session that checks for drift at the end asks the last good commit for one pass
+more and takes that last run as its drift check. A record that contradicts itself must also hold
+under every flake rate it has not ruled out (`_worst_rates`).
 
 Untestable commits (a skip) are never offered again. Candidates that only untestable commits
 separate cannot be told apart by any test, so they are pooled into one block; a block that reaches
@@ -44,6 +46,8 @@ from runner.search import Found, Inconclusive, Test, Verdict
 DEFAULT_CONFIDENCE = 0.95
 ENDPOINT_TRIES = 5
 PAIR_TRIES = 6
+REPLICATE = 2
+"""How many times each side of a reported boundary must have shown its verdict."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,7 @@ def decide(
     retest_endpoints: bool = True,
     weights: Sequence[float] | None = None,
     descend: Collection[int] = (),
+    last_good_runs: int = REPLICATE,
 ) -> Decision:
     """Found / Inconclusive when one block of candidates reaches ``confidence`` and its boundary
     reproduced; else what to test.
@@ -222,7 +227,8 @@ def decide(
     the hypotheses' prior weights. A hypothesis in ``descend`` is refined by a second level: once
     it is the likeliest block and nothing but its boundary is left to test (or it reached the
     confidence), the answer is `Descend`, and the second level checks that boundary with every
-    run of both levels.
+    run of both levels. ``last_good_runs`` is how many passes the last good commit needs: the
+    session asks one more than `REPLICATE` when that last run also serves as its drift check.
     """
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence must be between 0.5 and 1, got {confidence}")
@@ -241,12 +247,16 @@ def decide(
     runs = sum(t.runs for t in tallies.values())
     if budget is None:
         budget = default_budget(count)
+    doubt = model
     if mass >= confidence:
-        unsure = _unreplicated(count, tallies, first, last, REPLICATE)
-        if unsure:
-            return Test((unsure[0],))
-        return Found(first) if first == last else Inconclusive(first, last)
-    pick = None if runs >= budget else model.best_test(retest_endpoints)
+        worst = _worst_rates(model, first, last, confidence)
+        if worst is None:
+            unsure = _unreplicated(count, tallies, first, last, last_good_runs)
+            if unsure:
+                return Test((unsure[0],))
+            return Found(first) if first == last else Inconclusive(first, last)
+        doubt = worst
+    pick = None if runs >= budget else doubt.best_test(retest_endpoints)
     if pick is None:
         probs = (0.0, *model.posterior)
         order = sorted(range(1, count), key=lambda i: (-probs[i], i))
@@ -261,19 +271,62 @@ def decide(
     return Test((pick,))
 
 
-REPLICATE = 2
-"""How many times each side of a reported boundary must have shown its verdict."""
+RATE_GRID = (0.005, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45)
+"""The flake rates (each side) the robust check tries once a record contradicts itself."""
+
+
+def _worst_rates(model: _Model, first: int, last: int, confidence: float) -> _Model | None:
+    """The model with fixed flake rates under which the block is least likely, when that is
+    below the confidence for rates the record has not ruled out; None when the block holds.
+
+    The mixture prior is what keeps a deterministic example cheap, and it is also what makes
+    the posterior overconfident on a flaky one: the hypothesis that needs the fewest lies wins,
+    because the rates are learnt from the same runs, and a record with a lie at the boundary
+    looks cleaner with the wrong boundary. Once the record contradicts itself (some run
+    disagrees with the likeliest boundary, or the level above saw a lie), the example is known
+    to be flaky and the block must reach the confidence under every pair of fixed rates (false
+    fail, false pass) whose likelihood is within a factor 1 / (1 - confidence) of the best
+    pair's: those are the rates the record has not ruled out. The next test is then the one
+    that would tell most under the worst of them. A record without contradictions is left to
+    the mixture prior: it cannot tell a deterministic example from a lucky flaky one, and
+    `REPLICATE` guards its boundary.
+    """
+    top = max(range(len(model.posterior)), key=model.posterior.__getitem__)
+    if model.errors[top] == 0:
+        return None
+    worst: tuple[float, float, float] | None = None
+    plausible: list[tuple[float, float, float, list[float]]] = []
+    best = -math.inf
+    for ff in RATE_GRID:
+        for fp in RATE_GRID:
+            logs = model.fixed_log_likelihoods(ff, fp)
+            peak = max(logs)
+            total = peak + math.log(sum(math.exp(v - peak) for v in logs))
+            best = max(best, total)
+            plausible.append((ff, fp, total, logs))
+    cut = best + math.log(1 - confidence)
+    for ff, fp, total, logs in plausible:
+        if total < cut:
+            continue
+        p = sum(math.exp(logs[h - 1] - total) for h in range(first, last + 1))
+        if worst is None or p < worst[0]:
+            worst = (p, ff, fp)
+    assert worst is not None
+    if worst[0] >= confidence:
+        return None
+    return model.with_rates(worst[1], worst[2])
 
 
 def _unreplicated(
-    count: int, tallies: Mapping[int, Tally], first: int, last: int, times: int
+    count: int, tallies: Mapping[int, Tally], first: int, last: int, good_times: int
 ) -> list[int]:
-    """The boundary commits of a block that have not shown their verdict ``times`` times.
-
-    The first bad commit (``last``) and the last good one (``first - 1``), endpoints excepted:
-    every hypothesis takes those as good and bad, and they were verified on their own."""
+    """The boundary commits of a block that have not shown their verdict often enough: the
+    first bad commit (``last``) `REPLICATE` times, the last good one (``first - 1``)
+    ``good_times`` times, endpoints excepted (every hypothesis takes those as good and bad, and
+    they were verified on their own). The last good commit comes last, so a session can take
+    its last run as the proof that good commits still pass at the end."""
     out = []
-    for index, verdict in ((last, "bad"), (first - 1, "good")):
+    for index, verdict, times in ((last, "bad", REPLICATE), (first - 1, "good", good_times)):
         if not 0 < index < count - 1:
             continue
         t = tallies.get(index, Tally())
@@ -393,12 +446,19 @@ class _Model:
         tallies: Mapping[int, Tally],
         prior: FlakePrior,
         weights: Sequence[float] | None = None,
+        rates: tuple[float, float] | None = None,
     ) -> None:
+        """``rates`` (false fail, false pass) fixes the flake rates instead of the prior's
+        mixture: the posterior and test gains of a model that knows them."""
         self.count = count
         self.tallies = tallies
+        self.prior = prior
+        self.weights = weights
         good = [tallies[i].good if i in tallies else 0 for i in range(count)]
         bad = [tallies[i].bad if i in tallies else 0 for i in range(count)]
         total_good, total_bad = sum(good), sum(bad)
+        # per hypothesis: (false fails, true passes, false passes, true fails), carried included
+        self.sides: list[tuple[int, int, int, int]] = []
         log_weights: list[float] = []
         self.fail_if_good: list[float] = []  # predictive P(fail) of an index before h
         self.fail_if_bad: list[float] = []  # predictive P(fail) of an index at or after h
@@ -411,6 +471,14 @@ class _Model:
             fails_after = total_bad - fails_before
             # good side: errors are fails; bad side: errors are passes
             ev = prior.evidence
+            self.sides.append(
+                (
+                    fails_before + ev[0],
+                    passes_before + ev[1],
+                    passes_after + ev[2],
+                    fails_after + ev[3],
+                )
+            )
             log_ml, error_good, error_bad, flaky = _sides(
                 prior,
                 (fails_before + ev[0], passes_before + ev[1]),
@@ -420,11 +488,35 @@ class _Model:
             self.fail_if_good.append(error_good)
             self.fail_if_bad.append(1 - error_bad)
             flaky_if.append(flaky)
+        if rates is not None:
+            log_weights = self.fixed_log_likelihoods(*rates)
+            self.fail_if_good = [rates[0]] * (count - 1)
+            self.fail_if_bad = [1 - rates[1]] * (count - 1)
         top = max(log_weights)
-        weights = [math.exp(w - top) for w in log_weights]
-        total = sum(weights)
-        self.posterior = [w / total for w in weights]
+        scaled = [math.exp(w - top) for w in log_weights]
+        total = sum(scaled)
+        self.posterior = [w / total for w in scaled]
         self.flaky = sum(p * f for p, f in zip(self.posterior, flaky_if, strict=True))
+
+    @property
+    def errors(self) -> list[int]:
+        """How many runs each hypothesis calls lies."""
+        return [s[0] + s[2] for s in self.sides]
+
+    def fixed_log_likelihoods(self, false_fail: float, false_pass: float) -> list[float]:
+        """log(weight * P(runs | h)) of each hypothesis with the flake rates known."""
+        lf, lt = math.log(false_fail), math.log(1 - false_fail)
+        lp, lb = math.log(false_pass), math.log(1 - false_pass)
+        out = []
+        for h, (ff, tp, fp, tf) in enumerate(self.sides, start=1):
+            w = math.log(self.weights[h]) if self.weights is not None else 0.0
+            out.append(w + ff * lf + tp * lt + fp * lp + tf * lb)
+        return out
+
+    def with_rates(self, false_fail: float, false_pass: float) -> _Model:
+        """This record's model with the flake rates known: its posterior and test gains."""
+        rates = (false_fail, false_pass)
+        return _Model(self.count, self.tallies, self.prior, self.weights, rates)
 
     def best_test(self, retest_endpoints: bool = True) -> int | None:
         """The testable index with the largest expected information gain, or None if no test

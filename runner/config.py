@@ -330,8 +330,9 @@ class Settings(BaseSettings):
     )
     drift_check: bool = Field(
         default=True,
-        description="At the end, re-run the known-good commit and the last good one; bad now "
-        "means the environment drifted (exit 3).",
+        description="At the end, check that good commits still pass: the last good one runs "
+        "last (a third time), else the known-good commit and the last good one are re-run; bad "
+        "now means the environment drifted (exit 3).",
     )
     verdict: VerdictConfig = Field(
         default_factory=VerdictConfig,

@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 from runner.confidence import (
     DEFAULT_CONFIDENCE,
     EXPECTED_GOOD,
+    REPLICATE,
     Belief,
     Descend,
     FlakePrior,
@@ -553,6 +554,7 @@ class Session:
             retest_endpoints=self.verify or (result.level == "simpler" and result.pairs is None),
             weights=result.weights,
             descend=result.descend,
+            last_good_runs=self._last_good_runs,
         )
         if not isinstance(step, Test):
             return step
@@ -561,6 +563,13 @@ class Session:
             return Test((self._cache_aware(result, majority, step.indices[0]),))
         posterior = belief(count, observations, result.prior, result.weights)
         return Test(_quantile_picks(posterior, step.indices[0], k))
+
+    @property
+    def _last_good_runs(self) -> int:
+        """Passes the last good commit needs: one more than `REPLICATE` when the drift check
+        follows, because that last run also shows that good commits still pass at the end (see
+        `_check_drift`); the boundary's weak side then gets a third run at no extra cost."""
+        return REPLICATE + 1 if self.drift_check and self.verify else REPLICATE
 
     def _cache_aware(self, result: LevelResult, verdicts: Mapping[int, Verdict], pick: int) -> int:
         """A neighbour of the ideal pivot whose wheels are built already, when testing it costs
@@ -1003,13 +1012,17 @@ class Session:
         return states
 
     def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
-        """Re-run the known-good endpoint and the last good commit: bad now = the environment
-        drifted during the session, and no culprit found in it can be trusted.
+        """Check that good commits still pass at the end: bad now = the environment drifted
+        during the session, and no culprit found in it can be trusted.
 
-        The last good commit is skipped when it ran among the bisect's last three attempts (the
-        confidence search re-tests the boundary last): that run saw the environment as it is now.
+        The confidence search runs the last good commit last, one time more than the boundary
+        needs (`_last_good_runs`): when that run is among the bisect's last three attempts and
+        passed, it saw the environment as it is now and nothing is re-run. Otherwise (and with
+        fixed repeats) the known-good endpoint is re-run, and the last good commit too unless it
+        ran that recently.
         """
-        pairs = [("known-good", self.good, self.gitlink(self.good))]
+        known = ("known-good", self.good, self.gitlink(self.good))
+        pairs = [known]
         second = outcome.simpler
         if self._last_good is not None:
             last = self._last_good
@@ -1018,9 +1031,15 @@ class Session:
         else:
             parent = first.candidates[first.found - 1] if first.found else self.good
             last = (parent, self.gitlink(parent))
-        recent = [a.finished_at for a in self.lookup(*last) if a.level != "drift"]
         latest = sorted(set(self._times))[-3:]
-        if last != pairs[0][1:] and not (recent and latest and max(recent) >= latest[0]):
+        recent = [
+            self.verdict(a)
+            for a in self.lookup(*last)
+            if a.level != "drift" and latest and a.finished_at >= latest[0]
+        ]
+        if self.repeat is None and last != known[1:] and Verdict.GOOD in recent:
+            pairs = []
+        elif last != known[1:] and not recent:
             pairs.append(("last good", *last))
         seen = [
             [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]

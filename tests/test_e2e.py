@@ -43,8 +43,9 @@ BACKWARD = SampleSpec(
 )
 
 
-# The confidence search re-tests the boundary until the culprit reaches 95 %.
-EXTRA = 3
+# The confidence search re-tests the boundary until the culprit reaches 95 %, and runs the last
+# good commit a third time last (that run is also the drift check at the end).
+EXTRA = 4
 
 
 def max_tests(commits: int) -> int:

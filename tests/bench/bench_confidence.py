@@ -14,7 +14,12 @@ level, the second level's good end, a split bump's two halves).
 Targets with the default confidence 0.95: flaky scenarios right in at least 95 % of the seeds and
 confidently wrong in at most 5 %; deterministic ones at most 3 tests over plain bisection.
 
-    python tests/bench/bench_confidence.py [--seeds 200] [--only flaky-10]
+    python tests/bench/bench_confidence.py [--seeds 200] [--only flaky-10] [--seed-offset 1000]
+        [--explain]
+
+``--seed-offset`` draws other histories and other lies (a check that a change is not tuned to
+the default seeds); ``--explain`` prints each confidently wrong seed's runs next to the truth and
+the probability the culprit would have with the true flake rates known.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from runner.history import Change, History, pointer_states
 from runner.ledger import Attempt, Level
 from runner.sample.histories import Sample, SampleSpec, make_sample
 from runner.search import Verdict
-from runner.session import EndpointFailure, Outcome, Session
+from runner.session import EndpointFailure, LevelResult, Outcome, Session
 
 # The runtime exists from pypto 1; a pointer-only bump at 14 (simpler 0 -> 12) and a bump that also
 # changes pypto code at 27 (12 -> 23); 40 pypto commits, so ranges of 6 to 40 commits.
@@ -180,6 +185,7 @@ def run_session(
     case: Case,
     flake: tuple[float, float],
     seed: int,
+    explain: list[str] | None = None,
     **options: object,
 ) -> tuple[Outcome | None, int]:
     tester = FlakyExample(sample, case, *flake, seed=seed)
@@ -197,7 +203,90 @@ def run_session(
         outcome = session.run()
     except EndpointFailure:
         return None, len(tester.attempts)
+    if explain is not None:
+        explain.extend(explanation(sample, tester, session, outcome))
     return outcome, len(tester.attempts)
+
+
+def explanation(
+    sample: Sample, tester: FlakyExample, session: Session, outcome: Outcome
+) -> list[str]:
+    """Each level's runs next to the truth, and what the answer's probability would be with
+    the true flake rates known (the model integrates them out)."""
+    case = tester.case
+    lines = [
+        f"  {case}: answered pypto {sample.pypto_index(outcome.pypto.first_bad or '')}"
+        f" simpler {_simpler(sample, outcome.simpler_culprit)} ({outcome.source}, "
+        f"p={outcome.pypto.probability}, descended={outcome.pypto.descended}, "
+        f"split={outcome.split and outcome.split.carrier})"
+    ]
+    levels: list[tuple[str, LevelResult]] = [("pypto", outcome.pypto)]
+    chain = getattr(session, "_chain", None)
+    if chain is not None:
+        levels.append(("chain", chain))
+    elif outcome.simpler is not None:
+        levels.append(("simpler", outcome.simpler))
+    for name, level in levels:
+        pairs = [_pair_of(session, level, label) for label in level.candidates]
+        truth = [tester.truth(*pair) for pair in pairs]
+        runs = []
+        for index, seen in sorted(level.observations.items()):
+            lies = sum(v is not truth[index] for v in seen)
+            marks = "".join("+" if v is Verdict.GOOD else "-" for v in seen)
+            pypto, simpler = pairs[index]
+            runs.append(
+                f"{index}[{sample.pypto_index(pypto)}/{_simpler(sample, simpler)}]"
+                f"{'B' if truth[index] is Verdict.BAD else 'g'}:{marks}{'!' * lies}"
+            )
+        known = _known_rate_posterior(
+            level, truth, tester.false_fail or 1e-9, tester.false_pass or 1e-9
+        )
+        found = level.found or 0
+        model = level.belief.probabilities[found] if level.belief else 0.0
+        # runs the reported boundary calls lies: none means the record looks deterministic
+        seeming = sum(
+            (v is Verdict.BAD) != (index >= found)
+            for index, seen in level.observations.items()
+            for v in seen
+        )
+        lines.append(
+            f"  {name} found={level.found} p={model:.3f} known-rates p={known[found]:.3f}"
+            f" true={truth.index(Verdict.BAD)} contradictions={seeming}"
+        )
+        lines.append("    " + " ".join(runs))
+    return lines
+
+
+def _simpler(sample: Sample, simpler: str | None) -> str:
+    return "-" if simpler is None else str(sample.simpler_index(simpler))
+
+
+def _pair_of(session: Session, level: LevelResult, label: str) -> tuple[str, str | None]:
+    if level.pairs is not None:
+        return level.pairs[label]
+    if level.level == "simpler":
+        return level.anchor or "", label
+    return label, session.gitlink(label)
+
+
+def _known_rate_posterior(
+    level: LevelResult, truth: Sequence[Verdict], false_fail: float, false_pass: float
+) -> list[float]:
+    count = len(level.candidates)
+    logs = [-math.inf]
+    for h in range(1, count):
+        log = math.log(level.weights[h]) if level.weights else 0.0
+        for index, seen in level.observations.items():
+            fails = sum(v is Verdict.BAD for v in seen)
+            passes = sum(v is Verdict.GOOD for v in seen)
+            if index < h:
+                log += fails * math.log(false_fail) + passes * math.log(1 - false_fail)
+            else:
+                log += passes * math.log(false_pass) + fails * math.log(1 - false_pass)
+        logs.append(log)
+    top = max(logs)
+    weights = [math.exp(v - top) for v in logs]
+    return [w / sum(weights) for w in weights]
 
 
 def plain_bound(outcome: Outcome) -> int:
@@ -243,12 +332,14 @@ def scenario_row(
     seeds: int,
     confidence: float,
     plain_cache: dict[Case, tuple[int, int]],
+    offset: int = 0,
+    explain: bool = False,
 ) -> Row:
     flake = FLAKES[name]
     row = Row(name, kind, tests=[], extra=[], over=[])
     assert row.tests is not None and row.extra is not None and row.over is not None
-    cases = random.Random(f"{kind}:{seeds}")
-    for seed in range(seeds):
+    cases = random.Random(f"{kind}:{seeds}" if offset == 0 else f"{kind}:{seeds}:{offset}")
+    for seed in range(offset, offset + seeds):
         case = draw_case(kind, cases)
         if case not in plain_cache:
             plain, plain_tests = run_session(
@@ -256,7 +347,10 @@ def scenario_row(
             )
             assert plain is not None and is_right(sample, case, plain), case
             plain_cache[case] = plain_tests, plain_bound(plain)
-        outcome, tests = run_session(sample, history, case, flake, seed, confidence=confidence)
+        lines: list[str] | None = [] if explain else None
+        outcome, tests = run_session(
+            sample, history, case, flake, seed, lines, confidence=confidence
+        )
         row.seeds += 1
         row.tests.append(tests)
         row.extra.append(tests - plain_cache[case][0])
@@ -267,6 +361,8 @@ def scenario_row(
             row.right += 1
         else:
             row.wrong += 1
+            if lines:
+                print(f"confidently wrong: {name} {kind} seed {seed}", *lines, sep="\n")
     return row
 
 
@@ -276,6 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE)
     parser.add_argument("--only", action="append", choices=sorted(FLAKES), help="flake scenario")
     parser.add_argument("--kind", action="append", choices=KINDS, help="history kind")
+    parser.add_argument(
+        "--seed-offset", type=int, default=0, help="first seed: other histories, other lies"
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="print the runs of each confidently wrong seed"
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -293,7 +395,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.only or list(FLAKES):
             for kind in args.kind or list(KINDS):
                 row = scenario_row(
-                    sample, history, name, kind, args.seeds, args.confidence, plain_cache
+                    sample,
+                    history,
+                    name,
+                    kind,
+                    args.seeds,
+                    args.confidence,
+                    plain_cache,
+                    args.seed_offset,
+                    args.explain,
                 )
                 assert row.tests is not None and row.extra is not None and row.over is not None
                 n = row.seeds
