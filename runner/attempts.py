@@ -110,6 +110,10 @@ class DockerTester:
             (entry.package, entry.commit) for entry in cache.entries() if entry.ok
         }
         self._prefetched: set[tuple[str, str | None]] = set()
+        self._wanted: list[tuple[str, str | None]] = []  # guesses not started, in order
+        self._ahead_cond = threading.Condition()
+        self._ahead_worker: threading.Thread | None = None
+        self._stopping = False
         # pypto commits already layered into a test image (see `_run_job`).
         self._layered: set[str] = {a.pypto_sha for a in ledger.document.attempts if a.image_id}
         self._ahead: list[AheadBuild] = []  # finished speculative builds, until recorded
@@ -129,6 +133,10 @@ class DockerTester:
             self.toolchains.plan(commits, gitlinks)
 
     def close(self, *, cancel: bool) -> None:
+        with self._ahead_cond:
+            self._stopping = True
+            self._wanted = []
+            self._ahead_cond.notify_all()
         self.executor.close(cancel=cancel)
         self._pipelines.shutdown(wait=not cancel, cancel_futures=True)
         with contextlib.suppress(LedgerError):
@@ -213,33 +221,65 @@ class DockerTester:
         )
 
     def prefetch(self, pairs: Sequence[tuple[str, str | None]]) -> int:
-        """Build ahead, most likely first, while build slots are free; returns how many started.
+        """Build ahead, in the given order (most likely first), while build slots are free;
+        returns how many pairs wait for their turn.
 
-        Speculative builds queue behind every needed one, land in the cache like any build, and
-        are dropped or stopped when the session ends; a later test just finds their wheels.
+        One worker takes the pairs in order: a guess from an earlier round that has not started
+        yet is replaced by this round's list. Speculative builds queue behind every needed one,
+        land in the cache like any build, and are dropped or stopped when the session ends; a
+        later test just finds their wheels.
         """
-        started = 0
         if not self.speculate:
-            return started
-        for pypto, simpler in pairs:
-            if self.executor.busy_builds() >= self.executor.build_jobs:
-                break
-            if (pypto, simpler) in self._prefetched:
-                continue
-            self._prefetched.add((pypto, simpler))
-            threading.Thread(
-                target=self._prefetch_one, args=(pypto, simpler), name="prefetch", daemon=True
-            ).start()
-            started += 1
-        return started
+            return 0
+        with self._ahead_cond:
+            self._wanted = [pair for pair in pairs if pair not in self._prefetched]
+            if self._ahead_worker is None:
+                self._ahead_worker = threading.Thread(
+                    target=self._prefetch_loop, name="prefetch", daemon=True
+                )
+                self._ahead_worker.start()
+            self._ahead_cond.notify_all()
+            return len(self._wanted)
 
-    def _prefetch_one(self, pypto: str, simpler: str | None) -> None:
-        """Wheels, then the test image: a speculative test minus the run. Failures are quiet
-        here; the real test meets them again and handles them."""
+    def _prefetch_loop(self) -> None:
+        """Start each wanted pair's builds once a build slot is free, one pair after another, so
+        the queue keeps the order the session gave; a thread per pair layers its image."""
+        while True:
+            with self._ahead_cond:
+                while not self._stopping and (
+                    not self._wanted or self.executor.busy_builds() >= self.executor.build_jobs
+                ):
+                    self._ahead_cond.wait(0.1)
+                if self._stopping:
+                    return
+                pair = self._wanted.pop(0)
+                if pair in self._prefetched:
+                    continue
+                self._prefetched.add(pair)
+            with contextlib.suppress(Exception):
+                # Failures are quiet here; the real test meets them again and handles them.
+                pypto, simpler = pair
+                self._check_sources(pypto, simpler, speculative=True)
+                builders = self._builders(pypto, simpler, speculative=True)
+                futures = self._submit_wheels(pypto, simpler, builders, speculative=True)
+                threading.Thread(
+                    target=self._ahead_image,
+                    args=(pypto, simpler, builders, futures),
+                    name="prefetch-image",
+                    daemon=True,
+                ).start()
+
+    def _ahead_image(
+        self,
+        pypto: str,
+        simpler: str | None,
+        builders: Mapping[str, Builder | None],
+        futures: Mapping[str, Future[WheelResult]],
+    ) -> None:
+        """Once a guessed pair's wheels are built, its test image: a speculative test minus the
+        run."""
         with contextlib.suppress(Exception):
-            self._check_sources(pypto, simpler, speculative=True)
-            builders = self._builders(pypto, simpler, speculative=True)
-            wheels = self._wheels(pypto, simpler, builders, speculative=True)
+            wheels = {name: future.result() for name, future in futures.items()}
             with self._ahead_lock:
                 self._ahead += [
                     AheadBuild(
@@ -328,14 +368,21 @@ class DockerTester:
         return builders
 
     def _wheels(
+        self, pypto: str, simpler: str | None, builders: Mapping[str, Builder | None]
+    ) -> dict[str, WheelResult]:
+        """Both wheels of a pair, built at once."""
+        futures = self._submit_wheels(pypto, simpler, builders)
+        return {name: future.result() for name, future in futures.items()}
+
+    def _submit_wheels(
         self,
         pypto: str,
         simpler: str | None,
         builders: Mapping[str, Builder | None],
         *,
         speculative: bool = False,
-    ) -> dict[str, WheelResult]:
-        """Both wheels of a pair, built at once (simpler first in the queue)."""
+    ) -> dict[str, Future[WheelResult]]:
+        """Queue both wheels of a pair (simpler first)."""
         jobs: list[BuildJob] = []
         if simpler is not None:
             jobs.append(
@@ -359,8 +406,7 @@ class DockerTester:
         if not speculative:
             for job in jobs:
                 self.phase(f"build {job.package} {job.commit[:12]}")
-        futures = {job.package: self.executor.build(job) for job in jobs}
-        return {name: future.result() for name, future in futures.items()}
+        return {job.package: self.executor.build(job) for job in jobs}
 
     def _job(
         self,
