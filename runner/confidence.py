@@ -251,9 +251,9 @@ def decide(
     if mass >= confidence:
         worst = _worst_rates(model, first, last, confidence)
         if worst is None:
-            unsure = _unreplicated(count, tallies, first, last, last_good_runs)
-            if unsure:
-                return Test((unsure[0],))
+            needed = _unreplicated(count, tallies, first, last, last_good_runs)
+            if needed:
+                return Test(tuple(needed))
             return Found(first) if first == last else Inconclusive(first, last)
         doubt = worst
     pick = None if runs >= budget else doubt.best_test(retest_endpoints)
@@ -317,14 +317,21 @@ def _worst_rates(model: _Model, first: int, last: int, confidence: float) -> _Mo
     return model.with_rates(worst[1], worst[2])
 
 
+def boundary_runs(posterior: Belief, last_good_runs: int = REPLICATE) -> list[int]:
+    """The runs the likeliest boundary still needs before it can be reported (see `decide`)."""
+    first, last, _mass = posterior.top_block
+    return _unreplicated(posterior.count, posterior.tallies, first, last, last_good_runs)
+
+
 def _unreplicated(
     count: int, tallies: Mapping[int, Tally], first: int, last: int, good_times: int
 ) -> list[int]:
-    """The boundary commits of a block that have not shown their verdict often enough: the
-    first bad commit (``last``) `REPLICATE` times, the last good one (``first - 1``)
+    """The runs the boundary of a block still needs, one entry per run: the first bad commit
+    (``last``) shows its verdict `REPLICATE` times and the last good one (``first - 1``)
     ``good_times`` times, endpoints excepted (every hypothesis takes those as good and bad, and
-    they were verified on their own). The last good commit comes last, so a session can take
-    its last run as the proof that good commits still pass at the end."""
+    they were verified on their own). The first bad commit's runs come first and the last good
+    one's last, so a session can take that last run as the proof that good commits still pass
+    at the end; a round with several devices runs them all at once."""
     out = []
     for index, verdict, times in ((last, "bad", REPLICATE), (first - 1, "good", good_times)):
         if not 0 < index < count - 1:
@@ -332,8 +339,8 @@ def _unreplicated(
         t = tallies.get(index, Tally())
         if t.skip:
             continue
-        if (t.bad if verdict == "bad" else t.good) < times:
-            out.append(index)
+        shown = t.bad if verdict == "bad" else t.good
+        out += [index] * max(0, times - shown)
     return out
 
 

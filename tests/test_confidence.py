@@ -380,4 +380,7 @@ def test_the_last_good_commit_passes_once_more_when_its_last_run_is_also_the_dri
     observations = {0: [G], 2: [G], 3: [G, G], 4: [B, B], 5: [B], 7: [B]}
     assert decide(8, observations) == Found(4)
     assert decide(8, observations, last_good_runs=3) == Test((3,))
+    # Every run the boundary still needs, so several devices can run them in one round.
+    settled = {0: [G], 1: [G], 2: [G, G], 3: [G], 4: [B, B], 5: [B, B], 6: [B], 7: [B]}
+    assert decide(8, settled, last_good_runs=3) == Test((3, 3))
     assert decide(8, {**observations, 3: [G, G, G]}, last_good_runs=3) == Found(4)
