@@ -82,6 +82,7 @@ bench: setup
 	$(BIN)/python tests/bench/bench_export.py
 	-$(BIN)/python tests/bench/bench_confidence.py  # exits 1 on a missed target; the rest still runs
 	$(BIN)/python -m bench.bench_bisect --base-image $(TEST_BASE) --wheelhouse $(WHEELHOUSE)
+	$(BIN)/python -m bench.bench_lanes --base-image $(TEST_BASE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo bisect-precision
