@@ -24,7 +24,7 @@ from pathlib import Path
 import docker
 
 from bench.bench_bisect import machine, remove_test_images
-from runner.sample.demo import checkout_wheelhouse, run_arguments
+from runner.sample.demo import checkout_wheelhouse, on_simulator, run_arguments
 from runner.sample.histories import Sample, SampleSpec, make_sample
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def spec(native: bool) -> SampleSpec:
 
 def run(root: Path, name: str, lanes: str, base_image: str, sample: Sample) -> dict[str, object]:
     workdir, cache = root / f"{name}-work", root / f"{name}-cache"
-    args = run_arguments(
+    arguments = run_arguments(
         pypto=sample.pypto,
         lib=sample.lib,
         good=sample.pypto_shas[0],
@@ -55,10 +55,7 @@ def run(root: Path, name: str, lanes: str, base_image: str, sample: Sample) -> d
         base_image=base_image,
         wheelhouse=checkout_wheelhouse(),
     )
-    args[args.index("--platform") + 1] = "a2a3sim"
-    args[args.index("--device") + 1] = lanes
-    at = args.index("--device-map")
-    del args[at : at + 2]
+    args = on_simulator(arguments, lanes)
     started = time.perf_counter()
     completed = subprocess.run(
         [sys.executable, "-m", "runner.cli", *args, "--json"],

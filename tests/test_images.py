@@ -156,76 +156,61 @@ def test_a_test_image_holds_both_wheels_and_says_so_in_its_labels(
 
 
 @pytest.mark.docker
-def test_pypto_commits_pinning_the_same_simpler_share_its_layer(
+@pytest.mark.parametrize(
+    ("moving", "pypto_first", "code", "expected"),
+    [
+        # pypto commits that pin one simpler share its layer (simpler goes first)
+        ("pypto", False, "import pypto; print(pypto.FACTOR)", "1.5"),
+        # simpler commits under a pinned pypto share pypto's (a pypto no other test layers with
+        # a simpler: an equal image would be reused as it is)
+        (
+            "simpler",
+            True,
+            "import pypto, simpler; print(pypto.REVISION, simpler.describe())",
+            "0 simpler r2",
+        ),
+    ],
+)
+def test_two_images_share_the_layer_of_the_wheel_they_have_in_common(
     docker_client: docker.DockerClient,
     base_image: str,
     base_image_id: str,
     wheels: Wheels,
     tmp_path: Path,
+    moving: str,
+    pypto_first: bool,
+    code: str,
+    expected: str,
 ) -> None:
+    if moving == "pypto":
+        pairs = [(("pypto_1", wheels.pypto_1), ("simpler", wheels.simpler))]
+        pairs.append((("pypto_2", wheels.pypto_2), ("simpler", wheels.simpler)))
+    else:
+        pairs = [(("pypto_alone", wheels.pypto_alone), ("simpler", wheels.simpler))]
+        pairs.append((("pypto_alone", wheels.pypto_alone), ("simpler_2", wheels.simpler_2)))
     images = [
         ensure_test_image(
             docker_client,
             base_image=base_image,
             base_image_id=base_image_id,
-            pypto_sha=sha(name),
-            pypto_wheel=wheel,
-            simpler_sha=sha("simpler"),
-            simpler_wheel=wheels.simpler,
-            log_path=tmp_path / f"{name}.log",
+            pypto_sha=sha(pypto),
+            pypto_wheel=pypto_wheel,
+            simpler_sha=sha(simpler),
+            simpler_wheel=simpler_wheel,
+            log_path=tmp_path / f"{n}.log",
+            pypto_first=pypto_first,
         )
-        for name, wheel in (("pypto_1", wheels.pypto_1), ("pypto_2", wheels.pypto_2))
+        for n, ((pypto, pypto_wheel), (simpler, simpler_wheel)) in enumerate(pairs)
     ]
 
     base_layers = docker_client.images.get(base_image_id).attrs["RootFS"]["Layers"]
     first, second = (docker_client.images.get(i.image_id).attrs["RootFS"]["Layers"] for i in images)
-    shared = len(base_layers) + 2  # COPY + RUN of the simpler wheel
+    shared = len(base_layers) + 2  # COPY + RUN of the wheel both have
     assert first[:shared] == second[:shared]
     assert first[shared:] != second[shared:]
     assert images[0].image_id != images[1].image_id
-    output = run_in(
-        docker_client, images[1].tag, "import pypto; print(pypto.FACTOR)", tmp_path / "r"
-    )
-    assert output.strip() == "1.5"
-
-
-@pytest.mark.docker
-def test_simpler_commits_under_a_pinned_pypto_share_its_layer(
-    docker_client: docker.DockerClient,
-    base_image: str,
-    base_image_id: str,
-    wheels: Wheels,
-    tmp_path: Path,
-) -> None:
-    # A pypto no other test layers with a simpler: an equal image would be reused as it is.
-    images = [
-        ensure_test_image(
-            docker_client,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=sha("pypto_alone"),
-            pypto_wheel=wheels.pypto_alone,
-            simpler_sha=sha(name),
-            simpler_wheel=wheel,
-            log_path=tmp_path / f"{name}.log",
-            pypto_first=True,
-        )
-        for name, wheel in (("simpler", wheels.simpler), ("simpler_2", wheels.simpler_2))
-    ]
-
-    base_layers = docker_client.images.get(base_image_id).attrs["RootFS"]["Layers"]
-    first, second = (docker_client.images.get(i.image_id).attrs["RootFS"]["Layers"] for i in images)
-    shared = len(base_layers) + 2  # COPY + RUN of the pypto wheel
-    assert first[:shared] == second[:shared]
-    assert first[shared:] != second[shared:]
-    assert "Using cache" in (tmp_path / "simpler_2.log").read_text()
-    output = run_in(
-        docker_client,
-        images[1].tag,
-        "import pypto, simpler; print(pypto.REVISION, simpler.describe())",
-        tmp_path / "r",
-    )
-    assert output.strip() == "0 simpler r2"
+    assert "Using cache" in (tmp_path / "1.log").read_text()
+    assert run_in(docker_client, images[1].tag, code, tmp_path / "r").strip() == expected
 
 
 @pytest.mark.docker

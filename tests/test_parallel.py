@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from runner.execute import LABEL, OWNER_LABEL
+from runner.sample.demo import on_simulator
 from runner.sample.histories import SampleSpec
 from tests.fixtures.cli import built, cli, rebuilt, run_args
 from tests.fixtures.samples import SMALL
@@ -25,16 +26,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
 TWO_LEVEL = SampleSpec(
     **{**SMALL, "pypto_commits": 12}, bumps=((4, 2), (7, 5), (10, 6)), simpler_regression_at=4
 )
-
-
-def _sim(args: list[str], devices: str) -> list[str]:
-    """The same run on the simulator platform with these lanes (no device map)."""
-    out = list(args)
-    out[out.index("--platform") + 1] = "a2a3sim"
-    out[out.index("--device") + 1] = devices
-    at = out.index("--device-map")
-    del out[at : at + 2]
-    return out
 
 
 def _attempts(workdir: Path) -> list[dict]:
@@ -51,8 +42,8 @@ def test_two_simulator_lanes_test_two_commits_per_round_to_the_same_culprits(
     sample_factory, shared_cache, tmp_path
 ):
     sample = sample_factory(TWO_LEVEL)
-    one = cli(*_sim(run_args(sample, tmp_path / "one", shared_cache), "0"), "--json")
-    two = cli(*_sim(run_args(sample, tmp_path / "two", shared_cache), "0,1"), "--json")
+    one = cli(*on_simulator(run_args(sample, tmp_path / "one", shared_cache), "0"), "--json")
+    two = cli(*on_simulator(run_args(sample, tmp_path / "two", shared_cache), "0,1"), "--json")
 
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
@@ -95,7 +86,7 @@ def test_a_kill_during_concurrent_builds_loses_nothing_and_the_resume_rebuilds_n
 ):
     sample = sample_factory(TWO_LEVEL)
     workdir, cache = tmp_path / "work", tmp_path / "cold-cache"
-    args = _sim(run_args(sample, workdir, cache), "0,1")
+    args = on_simulator(run_args(sample, workdir, cache), "0,1")
     process = subprocess.Popen(
         [sys.executable, "-m", "runner.cli", *args, "--json"],
         stdout=subprocess.DEVNULL,

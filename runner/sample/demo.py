@@ -135,3 +135,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def on_simulator(arguments: list[str], lanes: str) -> list[str]:
+    """`run_arguments` on the simulator platform with these lanes (`--device`), no device map."""
+    out = list(arguments)
+    out[out.index("--platform") + 1] = "a2a3sim"
+    out[out.index("--device") + 1] = lanes
+    at = out.index("--device-map")
+    del out[at : at + 2]
+    return out
