@@ -509,6 +509,21 @@ class _LogPump(threading.Thread):
                 self.echo_error = exc
                 raise _EchoFailed from exc
 
+    def catch_up(self) -> None:
+        """Add what the follow stream missed: it can end before the engine has passed on the
+        container's last bytes (seen under load with Docker 20.10: a last line without newline
+        went missing). Called once the container has exited and the stream has ended."""
+        full = self.container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+        have = self.output
+        if len(full) <= len(have) or not full.startswith(have):
+            return
+        with self.log_path.open("a", encoding="utf-8") as log:
+            try:
+                for line in full[len(have) :].splitlines(keepends=True):
+                    self._emit(log, line)
+            except _EchoFailed:
+                pass
+
     @property
     def output(self) -> str:
         return "".join(self.chunks)
@@ -576,6 +591,10 @@ def _supervise(
         raise waiter.error
     if pump.stream_error is not None and not timed_out:
         raise pump.stream_error
+    if not pump.is_alive() and pump.stream_error is None:
+        pump.catch_up()
+        if pump.echo_error is not None:
+            raise pump.echo_error
     container.reload()
     state = container.attrs.get("State", {})
     exit_code = None

@@ -31,6 +31,7 @@ from runner.execute import (
     RUN_LABEL,
     RUN_MOUNT,
     ExampleRun,
+    _LogPump,
     connect,
     example_container,
     process_owner,
@@ -111,6 +112,37 @@ def test_a_last_line_without_newline_is_kept(docker_client, base_image, tmp_path
 
     assert result.output == "first\nünïcode without newline"
     assert seen == ["first", "ünïcode without newline"]
+
+
+@docker_test
+def test_what_the_follow_stream_missed_is_read_back_once_the_container_exited(
+    docker_client, base_image, tmp_path
+):
+    """The engine's follow stream can end before it passes on the last bytes (seen under load):
+    the pump reads the whole log once the container has exited and adds the missing tail."""
+    container = docker_client.containers.create(
+        base_image,
+        ["sh", "-c", "echo first; echo second; printf 'ünïcode without newline'"],
+        labels={LABEL: "1", **process_owner()},
+    )
+    try:
+        container.start()
+        container.wait()
+        seen: list[str] = []
+        log = tmp_path / "log.txt"
+        log.write_text("first\n")
+        pump = _LogPump(container, log, seen.append, threading.Event())
+        pump.chunks = ["first\n"]  # what a stream that ended early delivered
+
+        pump.catch_up()
+
+        assert pump.output == "first\nsecond\nünïcode without newline"
+        assert log.read_text() == pump.output
+        assert seen == ["second", "ünïcode without newline"]
+        pump.catch_up()  # nothing is added twice
+        assert pump.output == "first\nsecond\nünïcode without newline"
+    finally:
+        container.remove(force=True)
 
 
 @docker_test
