@@ -563,11 +563,11 @@ class Session:
         if k == 1:
             return Test((self._cache_aware(result, majority, step.indices[0]),))
         posterior = belief(count, observations, result.prior, result.weights)
-        repeats = boundary_runs(posterior, self._last_good_runs)
-        if len(step.indices) > 1 or (repeats and posterior.top_block[2] >= 0.5):
-            # A likely boundary: the runs it still needs to be reported share one round (the
-            # same commit may run twice), spare devices cut the posterior.
-            runs = list(step.indices[:k]) if len(step.indices) > 1 else repeats[:k]
+        # A likely boundary: the runs it still needs to be reported (all of `decide`'s picks
+        # once it reached the confidence) share one round, the same commit perhaps twice, and
+        # spare devices cut the posterior.
+        runs = boundary_runs(posterior, self._last_good_runs)[:k]
+        if runs and posterior.top_block[2] >= 0.5:
             extra = [i for i in _quantile_picks(posterior, runs[0], k) if i not in runs]
             return Test(tuple(runs + extra)[:k])
         return Test(_quantile_picks(posterior, step.indices[0], k))
