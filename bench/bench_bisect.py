@@ -301,22 +301,23 @@ def parse_tool(name: str, workdir: Path, cache: Path, wall: float) -> Figures:
 
 
 def remove_test_images(client: docker.DockerClient, cache: Path) -> int:
-    """The test images this session layered (their pypto wheel is in its fresh cache): the
-    engine is shared, so only those, never `cleanup --images`."""
+    """The test images this session layered (their wheels are in its fresh cache), then the
+    shared layers they were made on: the engine is shared, so only those, never
+    `cleanup --images`."""
     digests = set()
     for entry in (cache / "wheels").glob("*/*/entry.json"):
         data = json.loads(entry.read_text())
-        if data.get("package") == "pypto" and data.get("sha256"):
+        if data.get("sha256"):
             digests.add(data["sha256"])
     removed = 0
-    wheel_label = f"{LABEL}.pypto-wheel"
-    for image in client.images.list(filters={"label": wheel_label}):
-        if image.labels.get(wheel_label) in digests:
-            try:
-                client.images.remove(image.id, force=True)
-                removed += 1
-            except docker.errors.APIError:
-                pass  # in use or already gone
+    for wheel_label in (f"{LABEL}.pypto-wheel", f"{LABEL}.layer-wheel"):
+        for image in client.images.list(filters={"label": wheel_label}):
+            if image.labels.get(wheel_label) in digests:
+                try:
+                    client.images.remove(image.id, force=True)
+                    removed += 1
+                except docker.errors.APIError:
+                    pass  # in use or already gone
     return removed
 
 

@@ -7,7 +7,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -900,16 +900,21 @@ def cleanup(
     ] = False,
 ) -> None:
     """Remove containers left by killed runs (and, with --images, the tool's images)."""
-    from runner.execute import LABEL, connect, remove_stale_containers
+    import docker.errors
+
+    from runner.execute import KIND_LABEL, LABEL, connect, remove_stale_containers
 
     with guarded():
         client = connect()
         removed = remove_stale_containers(client)
         gone = 0
         if images:
-            for image in client.images.list(filters={"label": f"{LABEL}=1"}):
-                client.images.remove(image.id, force=True)
-                gone += 1
+            tool_images = client.images.list(filters={"label": f"{LABEL}=1"})
+            # Test images before the shared layers they were made on, which cannot go first.
+            for image in sorted(tool_images, key=lambda i: i.labels.get(KIND_LABEL) == "layer"):
+                with suppress(docker.errors.NotFound):
+                    client.images.remove(image.id, force=True)
+                    gone += 1
     OUT.print(f"removed {len(removed)} containers and {gone} images")
 
 

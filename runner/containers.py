@@ -25,7 +25,7 @@ class ContainerSpec:
     """Everything Docker needs for one container, with safe defaults (no network, no devices)."""
 
     image: str
-    # The command only: never override the entrypoint, CANN images source set_env.sh in theirs.
+    # The command only: CANN images source set_env.sh in their entrypoint, which must wrap it.
     command: list[str]
     environment: dict[str, str] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
@@ -40,6 +40,9 @@ class ContainerSpec:
     mem_limit: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    # Only image layering replaces the entrypoint: a layer is made like a Dockerfile RUN, which
+    # runs outside it. [] means none.
+    entrypoint: list[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -166,10 +166,13 @@ def run_container(
     timeout: float | None = None,
     echo: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
+    before_removal: Callable[[Container, ContainerResult], None] | None = None,
 ) -> ContainerResult:
     """Run one container to its end (or `timeout` seconds) and remove it, whatever happens.
 
     Setting `cancel` (from another thread) kills the container and raises `Cancelled`.
+    `before_removal` gets the exited container and its result (image layering commits it);
+    engine errors it raises are infrastructure failures like the run's own.
 
     Logs go line by line to `log_path` (and `echo`) while the container runs, so a long run can
     be followed with ``tail -f`` and a killed one still leaves its output behind. An exception
@@ -189,7 +192,10 @@ def run_container(
                 f"image {spec.image[:19]} disappeared from the Docker Engine while in use "
                 "(pruned meanwhile?); run again and it is made anew"
             ) from exc
-        return _supervise(container, log_path, timeout, echo, cancel)
+        result = _supervise(container, log_path, timeout, echo, cancel)
+        if before_removal is not None:
+            before_removal(container, result)
+        return result
     except _ENGINE_ERRORS as exc:
         failing = True
         raise InfrastructureError(
@@ -456,6 +462,8 @@ def _create_arguments(spec: ContainerSpec, name: str) -> dict[str, Any]:
         "user": spec.user,
     }
     arguments.update({key: value for key, value in optional.items() if value})
+    if spec.entrypoint is not None:
+        arguments["entrypoint"] = list(spec.entrypoint)
     return arguments
 
 

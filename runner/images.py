@@ -1,8 +1,10 @@
 """Per-commit test images: the base (CANN) image plus the wheels of one pypto/simpler pair.
 
-Images are built with the legacy builder (docker-py has no BuildKit) from a Jinja2 template.
-Everything that decides an image's content is written into its labels, so an image built by an
-earlier run, or an earlier step of this one, is found by label and reused instead of rebuilt.
+Test images are committed from containers that pip-install one wheel each (`_Layering`), so a
+process makes several at once; builder images are built from the Jinja2 templates in
+`dockerfiles/` with the legacy builder (docker-py has no BuildKit). Everything that decides an
+image's content is written into its labels, so an image made by an earlier run, or an earlier
+step of this one, is found by label and reused instead of made again.
 """
 
 from __future__ import annotations
@@ -11,15 +13,14 @@ import contextlib
 import hashlib
 import importlib.resources
 import json
-import os
 import re
-import shutil
-import tempfile
+import shlex
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import docker
 import docker.errors
@@ -27,12 +28,14 @@ import jinja2
 import requests.exceptions
 
 import runner
+from runner.containers import ContainerResult, ContainerSpec, Mount
 from runner.errors import BadInput, BisectError, InfrastructureError
-from runner.execute import LABEL
-from runner.turns import Turns
+from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, PROCESS_LABEL, RUN_LABEL, run_container
 from runner.wheels import file_sha256
 
-TEMPLATE_NAME = "test-image.Dockerfile.j2"
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
 IMAGE_REPOSITORY = "bisect-precision/pypto"
 _LOG_TAIL_LINES = 15
 
@@ -63,7 +66,7 @@ class TestImage:
     seconds: float
 
 
-def _template_text(name: str = TEMPLATE_NAME) -> str:
+def _template_text(name: str) -> str:
     """From the source tree when running from a checkout, else from the installed package data."""
     checkout = Path(runner.__file__).resolve().parent.parent / "dockerfiles" / name
     if checkout.is_file():
@@ -77,53 +80,8 @@ def _template_text(name: str = TEMPLATE_NAME) -> str:
     )
 
 
-def template_digest() -> str:
-    """Part of every image's identity: editing the template must not reuse older images."""
-    return hashlib.sha256(_template_text().encode()).hexdigest()
-
-
 def _dockerfile_string(value: object) -> str:
     return json.dumps(str(value))
-
-
-def render_dockerfile(
-    *,
-    base_image_ref: str,
-    simpler_wheel: str | None,
-    pypto_wheel: str,
-    labels: Mapping[str, str],
-    base_user: str | None = None,
-    pip_wheel: str | None = None,
-    pypto_first: bool = False,
-) -> str:
-    """The Dockerfile text; wheels are file names inside the build context's `wheels/` folder.
-
-    Each wheel is its own layer, simpler's first unless `pypto_first`: the one that earlier
-    images of the session share goes first, so their build reuses its layer.
-
-    `pip_wheel`: a pip wheel to install with, for a base image without pip.
-
-    `base_user` is the base image's USER when it is not root: pip installs as root, then the
-    image switches back so the runner's commands see the user the base image intended.
-    """
-    for name in (simpler_wheel, pypto_wheel, pip_wheel):
-        if name is not None and (not name.endswith(".whl") or "/" in name or " " in name):
-            raise BisectError(f"not a wheel file name: {name!r}")
-    return render_template(
-        TEMPLATE_NAME,
-        base_image_ref=base_image_ref,
-        wheels=[
-            wheel
-            for wheel in (
-                (pypto_wheel, simpler_wheel) if pypto_first else (simpler_wheel, pypto_wheel)
-            )
-            if wheel is not None
-        ],
-        labels=dict(labels),
-        base_user=base_user,
-        pip_wheel=pip_wheel,
-        pip=f"python3 /tmp/bisect-pip/{pip_wheel}/pip" if pip_wheel else "python3 -m pip",
-    )
 
 
 def render_template(name: str, **values: object) -> str:
@@ -157,7 +115,7 @@ def image_labels(
         f"{LABEL}.pypto": pypto_sha,
         f"{LABEL}.simpler": simpler_sha or "none",
         f"{LABEL}.base-image": base_image_id,
-        f"{LABEL}.template": template_digest(),
+        f"{LABEL}.recipe": recipe_digest(),
         f"{LABEL}.pypto-wheel": pypto_wheel_sha256,
         f"{LABEL}.simpler-wheel": simpler_wheel_sha256 or "none",
     }
@@ -174,25 +132,12 @@ def find_test_image(client: docker.DockerClient, labels: Mapping[str, str]) -> s
 
 
 def base_user(client: docker.DockerClient, base_image: str, base_image_id: str) -> str | None:
-    try:
-        attrs = client.images.get(base_image_id).attrs
-    except docker.errors.ImageNotFound as exc:
-        raise InfrastructureError(
-            f"base image {base_image} ({base_image_id[:19]}) is no longer in the Docker Engine; "
-            "load it again (or start a new bisect against the image you have now)"
-        ) from exc
-    except docker.errors.DockerException as exc:
-        raise InfrastructureError(f"cannot inspect base image {base_image}: {exc}") from exc
-    user = (attrs.get("Config") or {}).get("User") or ""
+    """The base image's USER when it is not root (pip installs as root, then it is restored)."""
+    return _non_root(_base_config(client, base_image, base_image_id).user)
+
+
+def _non_root(user: str) -> str | None:
     return None if user in ("", "root", "0", "0:0") else user
-
-
-def _stage_wheel(wheel: Path, into: Path) -> None:
-    target = into / wheel.name
-    try:
-        os.link(wheel, target)
-    except OSError:
-        shutil.copyfile(wheel, target)
 
 
 _STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
@@ -245,11 +190,14 @@ def ensure_test_image(
 ) -> TestImage:
     """The test image for this pypto/simpler pair: reused when one with equal labels exists.
 
-    A `speculative` image (layered ahead of need) waits while a test waits for its own.
+    Each wheel is one layer, committed from a container that pip-installs it (see `_layer`):
+    images of one process are made in parallel, and one made ahead of need (`speculative`) waits
+    while a test's own image is being made, one guess at a time. The wheel that earlier images
+    share goes first (simpler's, or pypto's with `pypto_first`) and that layer is kept as its
+    own image, so the next image of the pair's neighbourhood only adds the other wheel. An
+    image with equal labels is reused whatever its order, since the order changes no file in it.
 
     `pip_wheel` installs the wheels when the base image has no pip (the image keeps none).
-    `pypto_first` layers pypto's wheel before simpler's (see `render_dockerfile`); an image
-    with equal labels is reused whatever its order, since the order changes no file in it.
 
     The image is pinned to the base image *id*, so a base tag moved mid-bisect cannot mix two
     environments into one bisect.
@@ -259,63 +207,43 @@ def ensure_test_image(
     started = time.monotonic()
     tag = image_tag(pypto_sha, simpler_sha)
     try:
-        labels = image_labels(
-            base_image_id=base_image_id,
-            pypto_sha=pypto_sha,
-            pypto_wheel_sha256=file_sha256(pypto_wheel),
-            simpler_sha=simpler_sha,
-            simpler_wheel_sha256=file_sha256(simpler_wheel) if simpler_wheel else None,
-        )
+        digests = {"pypto": file_sha256(pypto_wheel)}
+        if simpler_wheel is not None:
+            digests["simpler"] = file_sha256(simpler_wheel)
     except OSError as exc:
         raise InfrastructureError(f"cannot read a wheel from the cache: {exc}") from exc
+    labels = image_labels(
+        base_image_id=base_image_id,
+        pypto_sha=pypto_sha,
+        pypto_wheel_sha256=digests["pypto"],
+        simpler_sha=simpler_sha,
+        simpler_wheel_sha256=digests.get("simpler"),
+    )
+    order = [("pypto", pypto_sha, pypto_wheel)]
+    if simpler_sha is not None and simpler_wheel is not None:
+        simpler = ("simpler", simpler_sha, simpler_wheel)
+        order = [*order, simpler] if pypto_first else [simpler, *order]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    # One image build at a time in this process: Docker 20.10's legacy builder loses shared
-    # layers when two builds of one base run at once, and a prefetch may be layering this
-    # very image already (then it is reused below).
-    with _BUILDS.turn(speculative):
+    with _TURNS.take(speculative), _KEYS.hold(tag):
         existing = find_test_image(client, labels)
         if existing is not None:
             _ensure_tag(client, existing, tag)
             with log_path.open("a") as handle:
                 handle.write(f"reusing test image {tag} ({existing})\n")
             return TestImage(image_id=existing, tag=tag, reused=True, seconds=0.0)
-
-        dockerfile = render_dockerfile(
-            base_image_ref=base_image_id,
-            simpler_wheel=simpler_wheel.name if simpler_wheel else None,
-            pypto_wheel=pypto_wheel.name,
-            labels=labels,
-            base_user=base_user(client, base_image, base_image_id),
-            pip_wheel=pip_wheel.name if pip_wheel else None,
-            pypto_first=pypto_first,
+        base = _base_config(client, base_image, base_image_id)
+        layering = _Layering(client, base, pip_wheel, log_path, None if speculative else echo)
+        parent = base_image_id
+        if len(order) == 2:
+            package, sha, wheel = order[0]
+            parent = layering.shared(package, sha, wheel, digests[package])
+        package, sha, wheel = order[-1]
+        image_id = layering.layer(
+            parent, package, sha, wheel, {**labels, KIND_LABEL: "test-image"}, tag
         )
-        context = Path(tempfile.mkdtemp(prefix="bisect-precision-image-"))
-        try:
-            (context / "wheels").mkdir()
-            (context / "Dockerfile").write_text(dockerfile)
-            for wheel in (simpler_wheel, pypto_wheel, pip_wheel):
-                if wheel is not None:
-                    _stage_wheel(wheel, context / "wheels")
-            with log_path.open("a") as handle:
-                image_id = _build(
-                    client,
-                    context,
-                    tag=tag,
-                    handle=handle,
-                    echo=echo,
-                    pypto=(pypto_sha, pypto_wheel.name),
-                    simpler=(simpler_sha, simpler_wheel.name)
-                    if simpler_sha and simpler_wheel
-                    else None,
-                    base_image=base_image,
-                    log_path=log_path,
-                )
-        except OSError as exc:
-            raise InfrastructureError(f"cannot prepare the image build context: {exc}") from exc
-        finally:
-            shutil.rmtree(context, ignore_errors=True)
-        seconds = time.monotonic() - started
-        return TestImage(image_id=image_id, tag=tag, reused=False, seconds=seconds)
+        return TestImage(
+            image_id=image_id, tag=tag, reused=False, seconds=time.monotonic() - started
+        )
 
 
 def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
@@ -328,8 +256,240 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
         raise InfrastructureError(f"cannot tag image {image_id[:19]} as {tag}: {exc}") from exc
 
 
-_BUILDS = Turns()
-_RUN_FAILED = "returned a non-zero code"  # the legacy builder's message for a failing RUN
+class _ImageTurns:
+    """Test images of one process: any number of needed ones at once; a guess only while none
+    is being made, and one guess at a time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._needed = 0
+        self._guessing = False
+
+    @contextlib.contextmanager
+    def take(self, speculative: bool) -> Iterator[None]:
+        with self._cond:
+            if speculative:
+                self._cond.wait_for(lambda: not self._guessing and not self._needed)
+                self._guessing = True
+            else:
+                self._needed += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                if speculative:
+                    self._guessing = False
+                else:
+                    self._needed -= 1
+                self._cond.notify_all()
+
+
+class _KeyLocks:
+    """One maker per image: a second thread wanting the same image waits, then reuses it."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        with self._mutex:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            yield
+
+
+_TURNS = _ImageTurns()
+_KEYS = _KeyLocks()
+
+LAYER_REPOSITORY = "bisect-precision/layer"
+_WHEELS_DIR = "/tmp/bisect-wheels"
+_PIP_DIR = "/tmp/bisect-pip"
+# How a wheel becomes a layer; part of every image's identity (the `recipe` label), so a
+# change here never reuses an image made the old way.
+_PIP_ENVIRONMENT = {
+    "PIP_BREAK_SYSTEM_PACKAGES": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_NO_INPUT": "1",
+    "PIP_ROOT_USER_ACTION": "ignore",
+}
+_INSTALL = "{pip} install --no-index --no-deps --no-cache-dir {wheels}/{wheel}"
+_LAYER_TIMEOUT_S = 1800.0
+# Owner labels mark the layering container (for the stale-container sweep); an image made from
+# it must not claim an owner process, and a commit can only override a label, not drop it.
+_CONTAINER_ONLY_LABELS = (OWNER_LABEL, RUN_LABEL, PROCESS_LABEL)
+
+
+def recipe_digest() -> str:
+    """Part of every image's identity: changing how wheels are layered never reuses old images."""
+    recipe = {"install": _INSTALL, "environment": _PIP_ENVIRONMENT, "layers": "one per wheel"}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _BaseConfig:
+    """What of the base image's config a committed layer must keep as it was."""
+
+    image: str
+    image_id: str
+    entrypoint: list[str]
+    cmd: list[str] | None
+    user: str
+    labels: dict[str, str]
+
+
+def _base_config(client: docker.DockerClient, base_image: str, base_image_id: str) -> _BaseConfig:
+    try:
+        config = client.images.get(base_image_id).attrs.get("Config") or {}
+    except docker.errors.ImageNotFound as exc:
+        raise InfrastructureError(
+            f"base image {base_image} ({base_image_id[:19]}) is no longer in the Docker Engine; "
+            "load it again (or start a new bisect against the image you have now)"
+        ) from exc
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(f"cannot inspect base image {base_image}: {exc}") from exc
+    return _BaseConfig(
+        image=base_image,
+        image_id=base_image_id,
+        entrypoint=list(config.get("Entrypoint") or []),
+        cmd=list(config["Cmd"]) if config.get("Cmd") else None,
+        user=config.get("User") or "",
+        labels=dict(config.get("Labels") or {}),
+    )
+
+
+class _Layering:
+    """Commits wheels as layers: a container pip-installs one wheel, bind-mounted read-only, and
+    is committed with the base image's entrypoint, command and user put back.
+
+    Containers are independent of each other, unlike the legacy builder's shared step cache, so
+    images are made in parallel; and a layer costs one container, not a COPY and a RUN step.
+    """
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        base: _BaseConfig,
+        pip_wheel: Path | None,
+        log_path: Path,
+        echo: Echo | None,
+    ) -> None:
+        self.client = client
+        self.base = base
+        self.pip_wheel = pip_wheel
+        self.log_path = log_path
+        self.echo = echo
+
+    def shared(self, package: str, sha: str, wheel: Path, digest: str) -> str:
+        """The image of the base plus this one wheel, kept for the images that share it."""
+        labels = {
+            LABEL: "1",
+            KIND_LABEL: "layer",
+            f"{LABEL}.layer-package": package,
+            f"{LABEL}.layer-commit": sha,
+            f"{LABEL}.layer-wheel": digest,
+            f"{LABEL}.base-image": self.base.image_id,
+            f"{LABEL}.recipe": recipe_digest(),
+        }
+        tag = f"{LAYER_REPOSITORY}:{package}-{digest[:12]}-{self.base.image_id[7:19]}"
+        with _KEYS.hold(tag):
+            # Test images made on it inherit these labels but say kind=test-image.
+            existing = find_test_image(self.client, labels)
+            if existing is not None:
+                with self.log_path.open("a") as handle:
+                    handle.write(f"reusing layer {tag} ({existing})\n")
+                return existing
+            return self.layer(self.base.image_id, package, sha, wheel, labels, tag)
+
+    def layer(
+        self,
+        parent: str,
+        package: str,
+        sha: str,
+        wheel: Path,
+        labels: Mapping[str, str],
+        tag: str,
+    ) -> str:
+        """Install `wheel` on `parent`; commit the result as `tag`; return the image id."""
+        mounts = [Mount(str(wheel.parent), _WHEELS_DIR)]
+        pip = "python3 -m pip"
+        if self.pip_wheel is not None:
+            mounts.append(Mount(str(self.pip_wheel.parent), _PIP_DIR))
+            pip = f"python3 {_PIP_DIR}/{self.pip_wheel.name}/pip"
+        command = _INSTALL.format(pip=pip, wheels=_WHEELS_DIR, wheel=shlex.quote(wheel.name))
+        spec = ContainerSpec(
+            image=parent,
+            command=[],
+            entrypoint=["/bin/sh", "-c", command],
+            environment=dict(_PIP_ENVIRONMENT),
+            mounts=mounts,
+            labels={KIND_LABEL: "layer"},
+            user="root" if _non_root(self.base.user) else None,
+        )
+        committed: list[str] = []
+
+        def commit(container: Container, result: ContainerResult) -> None:
+            if result.exit_code == 0 and not result.timed_out and not result.oom_killed:
+                committed.append(self._commit(container, labels, tag))
+
+        pip_log = self.log_path.with_name(f"{self.log_path.stem}-{package}.log")
+        with self.log_path.open("a") as handle:
+            handle.write(f"layering {package} {sha[:12]} ({wheel.name}) on {parent[:19]}\n")
+            handle.write(f"$ {command}  (output: {pip_log.name})\n")
+        result = run_container(
+            self.client,
+            spec,
+            log_path=pip_log,
+            timeout=_LAYER_TIMEOUT_S,
+            echo=self.echo,
+            before_removal=commit,
+        )
+        if committed:
+            with self.log_path.open("a") as handle:
+                handle.write(f"committed {tag} ({committed[0]})\n")
+            return committed[0]
+        raise self._failure(result, package, sha, wheel, pip_log)
+
+    def _commit(self, container: Container, labels: Mapping[str, str], tag: str) -> str:
+        repository, _, version = tag.rpartition(":")
+        conf = {
+            # [] rather than nothing: the engine would keep the layering command otherwise.
+            "Entrypoint": self.base.entrypoint,
+            "Cmd": self.base.cmd,
+            "User": self.base.user,
+            "Labels": {
+                **{name: "" for name in _CONTAINER_ONLY_LABELS},
+                **self.base.labels,
+                **labels,
+            },
+        }
+        response = self.client.api.commit(
+            container.id, repository=repository, tag=version, conf=conf
+        )
+        return str(response["Id"])
+
+    def _failure(
+        self, result: ContainerResult, package: str, sha: str, wheel: Path, log: Path
+    ) -> BisectError:
+        tail = _tail(result.output.splitlines())
+        if result.timed_out or result.oom_killed or "no space left on device" in tail.lower():
+            why = "timed out" if result.timed_out else "ran out of memory or disk"
+            return InfrastructureError(
+                f"installing the {package} wheel of {sha[:12]} into {self.base.image} {why}: an "
+                f"infrastructure problem; fix it and resume (log: {log})\n{tail}"
+            )
+        if result.exit_code in (126, 127) or (result.exit_code or 0) >= 128:
+            return InfrastructureError(
+                f"{self.base.image} cannot run pip (exit {result.exit_code}) to install the "
+                f"{package} wheel of {sha[:12]}; not a verdict (log: {log})\n{tail}"
+            )
+        return WheelInstallFailed(
+            f"the {package} wheel {wheel.name} of {sha[:12]} does not install into "
+            f"{self.base.image}: the wheel itself is broken, so this commit is untestable "
+            f"(log: {log})\n{tail}",
+            package=package,
+            commit=sha,
+        )
 
 
 @dataclass
@@ -433,53 +593,4 @@ def build_image(
     raise BadInput(
         f"building {what} failed: {last[:200]}; the base image must accept these wheels "
         f"(log: {log_path})"
-    )
-
-
-def _build(
-    client: docker.DockerClient,
-    context: Path,
-    *,
-    tag: str,
-    handle: TextIO,
-    echo: Echo | None,
-    pypto: tuple[str, str],
-    simpler: tuple[str, str] | None,
-    base_image: str,
-    log_path: Path,
-) -> str:
-    streamed = _stream_build(
-        client,
-        context,
-        tag=tag,
-        handle=handle,
-        echo=echo,
-        what=f"test image {tag}",
-        log_path=log_path,
-    )
-    if streamed.image_id is not None:
-        return streamed.image_id
-    lines, step = streamed.lines, streamed.step
-    tail = _tail(lines)
-    failed_wheel = None
-    # Only pip's own failure blames a wheel; an engine error in that step (a lost layer, a
-    # full disk) says nothing about the commit.
-    pip_failed = _RUN_FAILED in (streamed.error or "")
-    for candidate in (simpler, pypto):
-        if candidate and pip_failed and "pip install" in step and candidate[1] in step:
-            failed_wheel = candidate
-    out_of_space = "no space left on device" in tail.lower()
-    if failed_wheel is not None and not out_of_space:
-        sha, wheel = failed_wheel
-        package = "simpler" if failed_wheel is simpler else "pypto"
-        raise WheelInstallFailed(
-            f"the {package} wheel {wheel} of {sha[:12]} does not install into {base_image}: the "
-            f"wheel itself is broken, so this commit is untestable (log: {log_path})\n{tail}",
-            package=package,
-            commit=sha,
-        )
-    raise InfrastructureError(
-        f"building test image {tag} from {base_image} failed, and not because of a wheel: an "
-        f"infrastructure problem (engine, disk or base image); fix it and resume "
-        f"(log: {log_path})\n{tail}"
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import re
 import secrets
 import tarfile
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +19,12 @@ import pytest
 from runner.containers import ContainerSpec
 from runner.execute import LABEL, run_container
 from runner.images import (
+    LAYER_REPOSITORY,
     TestImage,
     WheelInstallFailed,
     ensure_test_image,
     image_tag,
-    render_dockerfile,
-    template_digest,
+    recipe_digest,
 )
 from runner.sample.packages import write_pypto, write_simpler
 from runner.wheels import BuildSettings, WheelCache, build_wheel
@@ -91,9 +92,14 @@ def wheels(
 def remove_test_images(docker_client: docker.DockerClient) -> Iterator[None]:
     """Images are labelled with the pypto SHA; every SHA of this module starts with RUN."""
     yield
-    names = ("pypto_1", "pypto_2", "pypto_alone", "broken")
+    names = ("pypto_1", "pypto_2", "pypto_alone", "broken", "parallel-pypto_1", "parallel-pypto_2")
     for name in names:
         for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha(name)}"}):
+            docker_client.images.remove(image.id, force=True)
+    # Then the shared layers those images were made on (their children are gone now).
+    for name in ("simpler", "simpler_2", "pypto_alone", "pypto_1"):
+        layers = {"label": [f"{LABEL}.layer-commit={sha(name)}", f"{LABEL}.kind=layer"]}
+        for image in docker_client.images.list(filters=layers):
             docker_client.images.remove(image.id, force=True)
     for image in docker_client.images.list(filters={"label": f"{LABEL}.test-run={RUN}"}):
         docker_client.images.remove(image.id, force=True)
@@ -140,10 +146,21 @@ def test_a_test_image_holds_both_wheels_and_says_so_in_its_labels(
     assert labels[f"{LABEL}.pypto"] == sha("pypto_1")
     assert labels[f"{LABEL}.simpler"] == sha("simpler")
     assert labels[f"{LABEL}.base-image"] == base_image_id
-    assert labels[f"{LABEL}.template"] == template_digest()
+    assert labels[f"{LABEL}.recipe"] == recipe_digest()
     assert len(labels[f"{LABEL}.pypto-wheel"]) == 64
     assert len(labels[f"{LABEL}.simpler-wheel"]) == 64
-    assert "Successfully tagged" in (tmp_path / "image.log").read_text()
+    assert f"committed {built.tag}" in (tmp_path / "image.log").read_text()
+    # The layering container's owner is not the image's: those labels are blanked.
+    assert labels[f"{LABEL}.owner"] == labels[f"{LABEL}.run"] == ""
+    assert labels[f"{LABEL}.kind"] == "test-image"
+    base_config = docker_client.images.get(base_image_id).attrs["Config"]
+    config = image.attrs["Config"]
+    # The layering command replaced the entrypoint only while pip ran.
+    assert (config["Entrypoint"] or None, config["Cmd"]) == (
+        base_config["Entrypoint"] or None,
+        base_config["Cmd"],
+    )
+    assert config["User"] == base_config["User"]
 
     assert again.reused and again.image_id == built.image_id and again.tag == built.tag
     output = run_in(
@@ -205,11 +222,13 @@ def test_two_images_share_the_layer_of_the_wheel_they_have_in_common(
 
     base_layers = docker_client.images.get(base_image_id).attrs["RootFS"]["Layers"]
     first, second = (docker_client.images.get(i.image_id).attrs["RootFS"]["Layers"] for i in images)
-    shared = len(base_layers) + 2  # COPY + RUN of the wheel both have
+    shared = len(base_layers) + 1  # one layer per wheel
+    assert len(first) == len(second) == shared + 1
     assert first[:shared] == second[:shared]
     assert first[shared:] != second[shared:]
     assert images[0].image_id != images[1].image_id
-    assert "Using cache" in (tmp_path / "1.log").read_text()
+    shared_package = "simpler" if moving == "pypto" else "pypto"
+    assert f"reusing layer {LAYER_REPOSITORY}:{shared_package}-" in (tmp_path / "1.log").read_text()
     assert run_in(docker_client, images[1].tag, code, tmp_path / "r").strip() == expected
 
 
@@ -321,50 +340,47 @@ def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
 
     assert (raised.value.package, raised.value.commit) == ("pypto", sha("broken"))
     assert docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha('broken')}"}) == []
-    log = (tmp_path / "image.log").read_text()
-    [copied] = re.findall(
-        r"COPY wheels/pypto-[^\n]*\n ---> (?:Using cache\n ---> )?([0-9a-f]{12})", log
-    )
-    with pytest.raises(docker.errors.ImageNotFound):
-        docker_client.images.get(copied)  # the failed build's own step images are gone
+    assert "pip install" in (tmp_path / "image.log").read_text()
+    assert "pypto" in (tmp_path / "image-pypto.log").read_text()
+    kinds = {c.labels.get(f"{LABEL}.kind") for c in docker_client.containers.list(all=True)}
+    assert "layer" not in kinds, "the failed layering container is removed"
 
 
-def test_the_dockerfile_puts_the_shared_wheel_first_labels_last_keeps_the_entrypoint() -> None:
-    text = render_dockerfile(
-        base_image_ref="sha256:" + "a" * 64,
-        simpler_wheel="simpler-0.1.0-py3-none-any.whl",
-        pypto_wheel="pypto-0.2.0-py3-none-any.whl",
-        labels={f"{LABEL}.pypto": "abc", f"{LABEL}.note": 'say "hi"'},
-    )
-    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+@pytest.mark.docker
+def test_images_are_made_in_parallel_and_share_one_layer(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    """Three threads at once, two of them wanting the same image: each image is made once,
+    all on one simpler layer, and each holds what it should."""
+    pairs = [("pypto_1", wheels.pypto_1), ("pypto_2", wheels.pypto_2), ("pypto_2", wheels.pypto_2)]
+    barrier = threading.Barrier(len(pairs))
 
-    assert lines[0] == "FROM sha256:" + "a" * 64
-    assert "ENV PIP_BREAK_SYSTEM_PACKAGES=1" in lines[1]
-    instructions = [line.split()[0] for line in lines if not line.startswith(" ")]
-    assert instructions == ["FROM", "ENV", "COPY", "RUN", "COPY", "RUN", "LABEL"]
-    assert text.index("simpler-0.1.0") < text.index("pypto-0.2.0")
-    assert lines[-1] == f'LABEL "{LABEL}.note"="say \\"hi\\"" "{LABEL}.pypto"="abc"'
-    assert not {"ENTRYPOINT", "CMD", "USER"} & set(instructions)
+    def make(n: int) -> TestImage:
+        name, wheel = pairs[n]
+        barrier.wait()
+        return ensure_test_image(
+            docker_client,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=sha(f"parallel-{name}"),
+            pypto_wheel=wheel,
+            simpler_sha=sha("simpler_2"),
+            simpler_wheel=wheels.simpler_2,
+            log_path=tmp_path / f"{n}.log",
+            speculative=n == 2,
+        )
 
-    pinned = render_dockerfile(
-        base_image_ref="base",
-        simpler_wheel="simpler-0.1.0-py3-none-any.whl",
-        pypto_wheel="pypto-0.2.0-py3-none-any.whl",
-        labels={},
-        pypto_first=True,
-    )
-    assert pinned.index("COPY wheels/pypto-0.2.0") < pinned.index("COPY wheels/simpler-0.1.0")
-    assert pinned.count("pip install") == 2
+    with ThreadPoolExecutor(len(pairs)) as pool:
+        images = list(pool.map(make, range(len(pairs))))
 
-    alone = render_dockerfile(
-        base_image_ref="base",
-        simpler_wheel=None,
-        pypto_wheel="pypto-0.2.0-py3-none-any.whl",
-        labels={},
-        base_user="ascend",
-    )
-    alone = "\n".join(line for line in alone.splitlines() if not line.startswith("#"))
-    assert "simpler" not in alone
-    assert alone.index("USER root") < alone.index("pip install") < alone.index("USER ascend")
-    assert "LABEL" not in alone
-    assert len(template_digest()) == 64
+    assert images[1].image_id == images[2].image_id
+    assert sum(not image.reused for image in images) == 2
+    layers = [docker_client.images.get(i.image_id).attrs["RootFS"]["Layers"] for i in images]
+    assert layers[0][:-1] == layers[1][:-1] and layers[0][-1] != layers[1][-1]
+    code = "import pypto, simpler; print(pypto.FACTOR, simpler.describe())"
+    outputs = [run_in(docker_client, i.tag, code, tmp_path / f"r{n}") for n, i in enumerate(images)]
+    assert [o.strip() for o in outputs] == ["1.0 simpler r2", "1.5 simpler r2", "1.5 simpler r2"]
