@@ -7,7 +7,9 @@ nothing about the bisect, it only answers "what does this (pypto, simpler) pair 
 from __future__ import annotations
 
 import contextlib
+import statistics
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -55,6 +57,11 @@ class RunSettings:
     cpus: float | None = None
     timeout: float | None = None
     patterns: VerdictPatterns = field(default_factory=VerdictPatterns)
+
+
+# Builds ahead start only while the median example run lasts at least this share of the
+# median wheel build (see `DockerTester._worth_guessing`).
+GUESS_RUN_SHARE = 0.5
 
 
 class DockerTester:
@@ -114,6 +121,13 @@ class DockerTester:
         self._ahead_cond = threading.Condition()
         self._ahead_worker: threading.Thread | None = None
         self._stopping = False
+        # Tests of the round not yet past their builds (their image and run are the
+        # executor's to count), and when a round was announced that has not started yet.
+        self._preparing = 0
+        self._announced: float | None = None
+        # Example run and wheel build times of this session (see `_worth_guessing`).
+        self._run_times: list[float] = []
+        self._build_times: list[float] = []
         # pypto commits already layered into a test image (see `_run_job`).
         self._layered: set[str] = {a.pypto_sha for a in ledger.document.attempts if a.image_id}
         self._ahead: list[AheadBuild] = []  # finished speculative builds, until recorded
@@ -171,9 +185,10 @@ class DockerTester:
         number = self._round
         failures: dict[int, list[str]] = {i: [] for i in range(len(requests))}
         running: dict[Future[Attempt], int] = {
-            self._pipelines.submit(self._attempt, request, number): i
-            for i, request in enumerate(requests)
+            self._submit(request, number): i for i, request in enumerate(requests)
         }
+        with self._ahead_cond:
+            self._announced = None
         results: dict[int, Attempt] = {}
         fatal: InfrastructureError | None = None
         while running:
@@ -202,7 +217,7 @@ class DockerTester:
                             f"infrastructure failure, not a verdict (try {len(failures[index])} "
                             f"of {self.infra_retries}): {reason}"
                         )
-                    running[self._pipelines.submit(self._attempt, request, number)] = index
+                    running[self._submit(request, number)] = index
                     continue
                 self.ledger.record(attempt)
                 self._built.update(_wheels_in(attempt, ("built", "cached")))
@@ -214,24 +229,43 @@ class DockerTester:
             raise fatal
         return [results[i] for i in range(len(requests))]
 
+    def _submit(self, request: Request, number: int) -> Future[Attempt]:
+        with self._ahead_cond:
+            self._preparing += 1  # until the attempt's builds are done (see `_attempt`)
+        return self._pipelines.submit(self._attempt, request, number)
+
     def cached(self, pypto: str, simpler: str | None) -> bool:
         """Whether both wheels of a pair are in the cache already (for cache-aware pivots)."""
         return ("pypto", pypto) in self._built and (
             simpler is None or ("simpler", simpler) in self._built
         )
 
-    def prefetch(self, pairs: Sequence[tuple[str, str | None]]) -> int:
-        """Build ahead, in the given order (most likely first), while build slots are free;
-        returns how many pairs wait for their turn.
+    def prefetch(
+        self,
+        pairs: Sequence[tuple[str, str | None]],
+        testing: Collection[tuple[str, str | None]] = (),
+    ) -> int:
+        """Build ahead, in the given order (most likely first), while the machine has nothing a
+        test waits for to do; returns how many pairs wait for their turn.
 
         One worker takes the pairs in order: a guess from an earlier round that has not started
-        yet is replaced by this round's list. Speculative builds queue behind every needed one,
-        land in the cache like any build, and are dropped or stopped when the session ends; a
-        later test just finds their wheels.
+        yet is replaced by this round's list, and one already building that neither this list
+        nor the round now `testing` names is cancelled. Speculative builds start only while no
+        build or test image that a test waits for is under way (then the machine would run the
+        examples anyway), queue behind every needed build, land in the cache like any build,
+        and are dropped or stopped when the session ends; a later test just finds their wheels.
         """
         if not self.speculate:
             return 0
+        keep = {*pairs, *testing}
         with self._ahead_cond:
+            # No guess starts before that round's builds are asked for (test_round, next).
+            self._announced = time.monotonic() if testing else None
+        self.executor.drop_guesses(
+            {("pypto", p) for p, _ in keep} | {("simpler", s) for _, s in keep if s is not None}
+        )
+        with self._ahead_cond:
+            self._prefetched &= keep  # a cancelled guess may be wanted again later
             self._wanted = [pair for pair in pairs if pair not in self._prefetched]
             if self._ahead_worker is None:
                 self._ahead_worker = threading.Thread(
@@ -241,14 +275,36 @@ class DockerTester:
             self._ahead_cond.notify_all()
             return len(self._wanted)
 
+    def _guess_may_start(self) -> bool:
+        """A free build slot and nothing a test waits for under way (called under the
+        condition's lock)."""
+        announced = self._announced is not None and time.monotonic() - self._announced < 2.0
+        if self.executor.guesses_compete and (
+            announced
+            or self._preparing
+            or self.executor.needed_busy()
+            or not self._worth_guessing()
+        ):
+            return False
+        return self.executor.busy_builds() < self.executor.build_jobs
+
+    def _worth_guessing(self) -> bool:
+        """Whether examples run long enough to hide builds ahead: a guess starts while the
+        round's examples run, and one still building when they end only slows the next round's
+        own builds. So guesses stop while the session's median run is shorter than
+        `GUESS_RUN_SHARE` of its median build (a fast simulator example, say)."""
+        if not self._run_times or not self._build_times:
+            return True
+        return statistics.median(self._run_times) >= GUESS_RUN_SHARE * statistics.median(
+            self._build_times
+        )
+
     def _prefetch_loop(self) -> None:
-        """Start each wanted pair's builds once a build slot is free, one pair after another, so
+        """Start each wanted pair's builds when a guess may start, one pair after another, so
         the queue keeps the order the session gave; a thread per pair layers its image."""
         while True:
             with self._ahead_cond:
-                while not self._stopping and (
-                    not self._wanted or self.executor.busy_builds() >= self.executor.build_jobs
-                ):
+                while not self._stopping and (not self._wanted or not self._guess_may_start()):
                     self._ahead_cond.wait(0.1)
                 if self._stopping:
                     return
@@ -280,6 +336,8 @@ class DockerTester:
         run."""
         with contextlib.suppress(Exception):
             wheels = {name: future.result() for name, future in futures.items()}
+            with self._ahead_cond:
+                self._build_times += [w.seconds for w in wheels.values() if not w.from_cache]
             with self._ahead_lock:
                 self._ahead += [
                     AheadBuild(
@@ -297,6 +355,11 @@ class DockerTester:
                 ]
             if all(w.ok for w in wheels.values()) and "pypto" in wheels:
                 self._built.update((name, w.commit) for name, w in wheels.items())
+                with self._ahead_cond:
+                    while not self._stopping and (self._preparing or self.executor.needed_busy()):
+                        self._ahead_cond.wait(0.1)
+                    if self._stopping:
+                        return
                 scratch = self.workdir / "prefetch"
                 self.executor.run(
                     self._run_job(
@@ -335,11 +398,23 @@ class DockerTester:
             started_at=_now(),
             finished_at=_now(),
         )
+        prepared = False
+
+        def builds_done() -> None:
+            nonlocal prepared
+            if not prepared:
+                prepared = True
+                with self._ahead_cond:
+                    self._preparing -= 1
+                    self._ahead_cond.notify_all()
+
         try:
-            self._build_and_run(record, artifacts)
+            self._build_and_run(record, artifacts, builds_done)
         except (SourceUnavailable, WheelInstallFailed) as exc:
             record.verdict = Verdict.SKIP
             record.reason = str(exc).splitlines()[0]
+        finally:
+            builds_done()
         if self.fingerprint is not None:
             # The node's own facts (a Ray node) win over the driver host's.
             node = record.fingerprint
@@ -476,7 +551,10 @@ class DockerTester:
             ),
         )
 
-    def _build_and_run(self, record: Attempt, artifacts: Path) -> None:
+    def _build_and_run(
+        self, record: Attempt, artifacts: Path, builds_done: Callable[[], None]
+    ) -> None:
+        """`builds_done()` is called once the executor has the run (and counts its image)."""
         pypto, simpler = record.pypto_sha, record.simpler_sha
         self.phase("sources")
         self._check_sources(pypto, simpler)
@@ -500,6 +578,9 @@ class DockerTester:
             if wheel.ok and wheel.wheel is not None:
                 with contextlib.suppress(OSError, zipfile.BadZipFile):
                     record.wheel_contents[name] = wheel_content_digest(wheel.wheel)
+            if not wheel.from_cache:
+                with self._ahead_cond:
+                    self._build_times.append(wheel.seconds)
             if not wheel.ok:
                 record.verdict = Verdict.SKIP
                 record.reason = f"build failed: {name} ({wheel.reason or 'see the build log'})"
@@ -508,7 +589,9 @@ class DockerTester:
 
         self.phase("run")
         job = self._run_job(pypto, simpler, wheels, builders["pypto"], artifacts)
-        report = self.executor.run(job).result()
+        running = self.executor.run(job)
+        builds_done()
+        report = running.result()
         result = report.result
         assert result is not None and report.slot is not None
         record.build_s += report.image_s
@@ -542,6 +625,8 @@ class DockerTester:
         record.metrics = dict(outcome.metrics)
         record.exit_code = result.exit_code
         record.run_s = result.seconds
+        with self._ahead_cond:
+            self._run_times.append(result.seconds)
         record.log_path = str(result.log_path)
 
 

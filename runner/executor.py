@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -107,6 +107,9 @@ class Executor(ABC):
     """Builds and runs for one session; see the module docstring for the contract."""
 
     name: str = "executor"
+    # Whether builds ahead of need share one machine with the tests' own builds and images
+    # (then a guess waits until they are done) or run on capacity nobody else asked for.
+    guesses_compete: bool = False
 
     @property
     @abstractmethod
@@ -135,6 +138,18 @@ class Executor(ABC):
     @abstractmethod
     def close(self, *, cancel: bool) -> None:
         """Stop accepting work; with `cancel`, drop queued work and stop running containers."""
+
+    def needed_busy(self) -> bool:
+        """Whether work a test waits for (a build, a test image) is under way, when
+        `guesses_compete`."""
+        return False
+
+    def drop_guesses(self, keep: Collection[tuple[str, str]]) -> None:
+        """Cancel speculative builds of (package, commit) wheels not in `keep`: they would only
+        compete with the tests now running. Nothing of theirs reaches the cache. By default
+        guesses run on: where they do not share a machine with the tests, they only cost
+        capacity nobody asked for."""
+        return None
 
     def __enter__(self) -> Executor:
         return self
@@ -239,6 +254,7 @@ class LocalExecutor(Executor):
     """Threads on this host: `build_jobs` build workers, one run at a time per device slot."""
 
     name = "local"
+    guesses_compete = True
 
     def __init__(
         self,
@@ -268,6 +284,7 @@ class LocalExecutor(Executor):
         self._stop = threading.Event()  # set by close(cancel=True): running work stops
         self._running = 0
         self._running_needed = 0
+        self._imaging = 0  # needed runs whose test image is being made
         # Needed builds have `build_jobs` slots of their own; speculative ones only fill slots
         # nobody uses (at a small CPU weight), so a test never waits behind a guess.
         self._workers = [
@@ -303,7 +320,7 @@ class LocalExecutor(Executor):
                 future.set_exception(Cancelled("the session is stopping"))
                 return future
             queued = self._by_key.get(key)
-            if queued is not None:
+            if queued is not None and not queued.cancel.is_set():
                 if priority < queued.priority and not queued.started:
                     # Needed now: move it to the front of the queue.
                     queued.priority = priority
@@ -328,11 +345,41 @@ class LocalExecutor(Executor):
                 return future
             self._runs = [t for t in self._runs if t.is_alive()]
             self._runs.append(thread)
+            # Counted from the call on, so no guess starts between it and the thread's start.
+            self._imaging += not job.speculative
         thread.start()
         return future
 
     def retire(self, slot: Slot, reason: str) -> None:
         self._pool.retire(slot, reason)
+
+    def needed_busy(self) -> bool:
+        with self._lock:
+            return self._needed_busy()
+
+    def _needed_busy(self) -> bool:
+        queued = any(q.priority == _NEEDED for q in self._queue)
+        return queued or self._running_needed > 0 or self._imaging > 0
+
+    def drop_guesses(self, keep: Collection[tuple[str, str]]) -> None:
+        wanted = set(keep)
+        with self._lock:
+            stale = [
+                q
+                for q in self._by_key.values()
+                if q.job.speculative
+                and (q.job.package, q.job.commit) not in wanted
+                and not q.cancel.is_set()
+            ]
+            for queued in stale:
+                queued.cancel.set()  # a running one's container is killed, nothing cached
+                del self._by_key[queued.key]
+            waiting = [q for q in stale if not q.started]
+            self._queue = [q for q in self._queue if q not in waiting]
+            heapq.heapify(self._queue)
+            self._wake.notify_all()
+        for queued in waiting:
+            queued.future.set_exception(Cancelled("no longer a likely next test"))
 
     def close(self, *, cancel: bool) -> None:
         with self._lock:
@@ -403,7 +450,8 @@ class LocalExecutor(Executor):
             return False
         if self._queue[0].priority == _NEEDED:
             return self._running_needed < self._jobs
-        return self._running < self._jobs
+        # A guess waits for needed work to finish: it would slow exactly what a test waits for.
+        return self._running < self._jobs and not self._needed_busy()
 
     def _run_worker(self, job: RunJob, future: Future[RunReport]) -> None:
         try:
@@ -412,14 +460,26 @@ class LocalExecutor(Executor):
             future.set_exception(exc)
 
     def _run(self, job: RunJob) -> RunReport:
-        return run_on_node(
-            self.client,
-            job,
-            lambda: self._pool.take(self._stop),
-            self._pool.give_back,
-            self._stop,
-            echo=self.echo,
-        )
+        imaging = not job.speculative  # counted by run()
+
+        def image_made() -> None:
+            nonlocal imaging
+            if imaging:
+                with self._lock:
+                    self._imaging -= 1
+                    self._wake.notify_all()  # a guess may start now
+                imaging = False
+
+        def take() -> Slot:
+            image_made()
+            return self._pool.take(self._stop)
+
+        try:
+            return run_on_node(
+                self.client, job, take, self._pool.give_back, self._stop, echo=self.echo
+            )
+        finally:
+            image_made()
 
 
 def run_on_node(

@@ -72,7 +72,8 @@ class Tester(Protocol):
 
     - ``parallel`` (int): how many tests one round can run, and
       ``test_round(requests, done)``: run them at once, calling ``done(attempt)`` as each ends;
-    - ``prefetch(pairs)``: build what the next rounds may need while this one runs;
+    - ``prefetch(pairs, testing)``: build what the next rounds may need while this round's
+      `testing` pairs run;
     - ``cached(pypto, simpler)``: whether a pair's wheels are built already.
     """
 
@@ -641,7 +642,7 @@ class Session:
             states = following
         seen: set[tuple[str, str | None]] = set()
         ordered = [p for p in wanted if not (p in seen or seen.add(p))]
-        prefetch(ordered)
+        prefetch(ordered, [pair(result.candidates[index]) for index in picks])
 
     def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
         if self.repeat is not None:

@@ -1,5 +1,7 @@
-"""Builds ahead of need: the guesses start in the order the session gives, and a new round's list
-replaces the guesses of the last one that have not started. Real git, Docker and wheel builds."""
+"""Builds ahead of need: the guesses start in the order the session gives, a new round's list
+replaces the guesses of the last one that have not started, and a guess already building that
+neither the new list nor the round now testing names is cancelled. Real git, Docker and wheel
+builds."""
 
 from __future__ import annotations
 
@@ -25,13 +27,14 @@ from tests.test_ledger import make_inputs
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 
-def test_guesses_start_in_order_and_a_new_list_replaces_those_not_started(
+def make_tester(
     docker_client: docker.DockerClient,
     base_image: str,
     setuptools_builder: str,
     sample_factory,
     tmp_path: Path,
-) -> None:
+) -> tuple[DockerTester, LocalExecutor, WheelCache, Ledger, list[tuple[str, str | None]]]:
+    """One build slot; four consecutive pypto commits of a small sample (two simpler pins)."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=5))
     links = History(sample.pypto).gitlinks(sample.pypto_shas)
     pairs = [(sha, links[sha]) for sha in sample.pypto_shas[4:8]]
@@ -54,33 +57,95 @@ def test_guesses_start_in_order_and_a_new_list_replaces_those_not_started(
         workdir=tmp_path / "work",
         ccache_dir=tmp_path / "cache" / "ccache",
     )
+    return tester, executor, cache, ledger, pairs
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def settled(tester: DockerTester, executor: LocalExecutor) -> bool:
+    return not (
+        tester._wanted
+        or executor.busy_builds()
+        or any(t.name == "prefetch-image" for t in threading.enumerate())
+    )
+
+
+def remove_images(docker_client: docker.DockerClient, pairs) -> None:
+    for sha, _ in pairs:
+        for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha}"}):
+            docker_client.images.remove(image.id, force=True)
+
+
+def pypto_builds(cache: WheelCache) -> list[str]:
+    built = sorted((e.created, e.commit) for e in cache.entries() if e.package == "pypto")
+    return [commit for _, commit in built]
+
+
+def test_guesses_start_in_order_and_a_new_list_replaces_those_not_started(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    setuptools_builder: str,
+    sample_factory,
+    tmp_path: Path,
+) -> None:
+    tester, executor, cache, ledger, pairs = make_tester(
+        docker_client, base_image, setuptools_builder, sample_factory, tmp_path
+    )
     try:
         tester.prefetch(pairs[:3])
-        # The first guess takes the one build slot; the next round's list comes meanwhile.
-        deadline = time.monotonic() + 60
-        while executor.busy_builds() == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert tester.prefetch(pairs[3:]) == 1
-        deadline = time.monotonic() + 300
-        while (
-            not (tester.cached(*pairs[0]) and tester.cached(*pairs[3]))
-            or tester._wanted
-            or executor.busy_builds()
-            or any(t.name == "prefetch-image" for t in threading.enumerate())
-        ):
-            assert time.monotonic() < deadline, "the guesses never finished"
-            time.sleep(0.1)
+        # The first guess takes the one build slot; the next round's list comes meanwhile, and
+        # that round tests the first guess: it goes on.
+        wait_for(lambda: executor.busy_builds() > 0, 60, "no guess started")
+        assert tester.prefetch(pairs[3:], testing=[pairs[0]]) == 1
+        wait_for(
+            lambda: (
+                tester.cached(*pairs[0]) and tester.cached(*pairs[3]) and settled(tester, executor)
+            ),
+            300,
+            "the guesses never finished",
+        )
     finally:
         tester.close(cancel=False)
         ledger.close()
-        for sha, _ in pairs:
-            for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha}"}):
-                docker_client.images.remove(image.id, force=True)
+        remove_images(docker_client, pairs)
 
-    built = sorted(
-        (entry.created, entry.commit) for entry in cache.entries() if entry.package == "pypto"
-    )
-    assert [commit for _, commit in built] == [pairs[0][0], pairs[3][0]]
+    assert pypto_builds(cache) == [pairs[0][0], pairs[3][0]]
     assert tester.cached(*pairs[0]) and tester.cached(*pairs[3])
     assert not tester.cached(*pairs[1]) and not tester.cached(*pairs[2])
+
+
+def test_a_guess_building_that_no_longer_may_be_tested_is_cancelled(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    setuptools_builder: str,
+    sample_factory,
+    tmp_path: Path,
+) -> None:
+    tester, executor, cache, ledger, pairs = make_tester(
+        docker_client, base_image, setuptools_builder, sample_factory, tmp_path
+    )
+    # The two pairs pin different simpler commits: every wheel of the first is stale.
+    assert pairs[0][1] != pairs[3][1]
+    try:
+        tester.prefetch(pairs[:1])
+        wait_for(lambda: executor.busy_builds() > 0, 60, "no guess started")
+        tester.prefetch(pairs[3:])
+        wait_for(
+            lambda: tester.cached(*pairs[3]) and settled(tester, executor),
+            300,
+            "the new guess never finished",
+        )
+    finally:
+        tester.close(cancel=False)
+        ledger.close()
+        remove_images(docker_client, pairs)
+
+    built = {(e.package, e.commit) for e in cache.entries()}
+    assert ("pypto", pairs[0][0]) not in built and ("simpler", pairs[0][1]) not in built
+    assert pypto_builds(cache) == [pairs[3][0]]
+    assert not list(cache.tmp_dir.iterdir()), "a cancelled build left its directory behind"

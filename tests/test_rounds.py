@@ -43,7 +43,11 @@ class RoundTester(SpecTester):
             attempts.append(attempt)
         return attempts
 
-    def prefetch(self, pairs: Sequence[tuple[str, str | None]]) -> int:
+    def prefetch(
+        self,
+        pairs: Sequence[tuple[str, str | None]],
+        testing: Sequence[tuple[str, str | None]] = (),
+    ) -> int:
         self.prefetched.append(list(pairs))
         return len(pairs)
 
