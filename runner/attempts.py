@@ -110,7 +110,7 @@ class DockerTester:
         self.infra_retries = max(1, infra_retries)
         self.phase = phase or (lambda _name: None)
         self.echo = echo
-        self._git = Turns()  # exports and builder resolution read shared mirrors; tests first
+        self._git = Turns()  # mirror reads: a round's tests at once, a guess alone after them
         self._claim = threading.Lock()
         self._claimed: list[str] = []
         self._built: set[tuple[str, str]] = {

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -573,6 +574,9 @@ class Provisioner:
         self.echo = echo
         self.traits = probe_image(client, base_image_id, cache_root, python=python)
         self._builders: dict[str, Builder] = {}
+        # The tests of a round look builders up at once: one makes a missing image, the
+        # others then find it (the legacy builder must not build one image twice at once).
+        self._making = threading.Lock()
 
     def extras(self) -> list[str]:
         """What the backend needs besides the declared requirements, when the base lacks it."""
@@ -604,6 +608,10 @@ class Provisioner:
 
     def builder(self, resolution: Resolution, where: str) -> Builder:
         """The builder image for a resolution: from memory, from the engine, or built now."""
+        with self._making:
+            return self._builder(resolution, where)
+
+    def _builder(self, resolution: Resolution, where: str) -> Builder:
         cached = self._builders.get(resolution.key())
         if cached is not None and find_builder(self.client, cached.key) == cached.image_id:
             return cached  # still in the engine: someone may have pruned it meanwhile

@@ -1,9 +1,10 @@
-"""One holder at a time, and the work a test waits for goes before work done ahead of need.
+"""Needed work shares its turn; work done ahead of need takes its turn alone, after it.
 
-Builds ahead of need (speculative wheels and test images) share a few serialised resources with
-the tests of the current round: the process's image builds, and the git mirrors that sources
-are exported from. A plain lock serves them in arrival order, so a round whose prefetch started
-first waited behind every guess; `Turns` lets a needed holder overtake waiting guesses.
+Builds ahead of need (speculative exports and builder lookups) read the same git mirrors as the
+tests of the current round. Reading is safe in parallel, but a guess that holds the mirrors (or
+the CPU they cost) delays a test, so `Turns` lets the tests of a round hold their turns together
+and makes a guess wait until no test holds or wants one: a needed waiter overtakes every waiting
+guess, and a guess never preempts.
 """
 
 from __future__ import annotations
@@ -14,24 +15,33 @@ from collections.abc import Iterator
 
 
 class Turns:
-    """A lock whose needed waiters go before speculative ones (a guess never preempts)."""
+    """Needed holders together, or one speculative holder alone; needed waiters go first."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._busy = False
+        self._needed = 0  # holding
+        self._guessing = False
         self._needed_waiting = 0
 
     @contextlib.contextmanager
     def turn(self, speculative: bool = False) -> Iterator[None]:
         with self._cond:
-            self._needed_waiting += not speculative
-            while self._busy or (speculative and self._needed_waiting):
-                self._cond.wait()
-            self._needed_waiting -= not speculative
-            self._busy = True
+            if speculative:
+                while self._guessing or self._needed or self._needed_waiting:
+                    self._cond.wait()
+                self._guessing = True
+            else:
+                self._needed_waiting += 1
+                while self._guessing:
+                    self._cond.wait()
+                self._needed_waiting -= 1
+                self._needed += 1
         try:
             yield
         finally:
             with self._cond:
-                self._busy = False
+                if speculative:
+                    self._guessing = False
+                else:
+                    self._needed -= 1
                 self._cond.notify_all()

@@ -1,4 +1,5 @@
-"""Turns: one holder at a time; a needed waiter overtakes guesses that queued before it."""
+"""Turns: needed holders share; a guess holds alone, and a needed waiter overtakes guesses that
+queued before it."""
 
 from __future__ import annotations
 
@@ -48,27 +49,39 @@ def test_needed_waiter_goes_before_speculative_ones_that_queued_first() -> None:
     assert sorted(order[2:]) == ["guess-1", "guess-2"]
 
 
-def test_one_holder_at_a_time() -> None:
+def test_needed_holders_share_and_a_guess_holds_alone() -> None:
     turns = Turns()
-    inside = 0
-    most = 0
+    needed_inside = 0
+    guesses_inside = 0
+    most_needed = 0
+    mixed = False
     lock = threading.Lock()
+    start = threading.Barrier(6)
 
     def work(speculative: bool) -> None:
-        nonlocal inside, most
+        nonlocal needed_inside, guesses_inside, most_needed, mixed
+        start.wait(5)
         for _ in range(20):
             with turns.turn(speculative):
                 with lock:
-                    inside += 1
-                    most = max(most, inside)
-                time.sleep(0.001)
+                    if speculative:
+                        guesses_inside += 1
+                    else:
+                        needed_inside += 1
+                    most_needed = max(most_needed, needed_inside)
+                    mixed |= guesses_inside > 1 or (guesses_inside > 0 and needed_inside > 0)
+                time.sleep(0.002)
                 with lock:
-                    inside -= 1
+                    if speculative:
+                        guesses_inside -= 1
+                    else:
+                        needed_inside -= 1
 
     threads = [threading.Thread(target=work, args=(i % 2 == 0,)) for i in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(10)
-    assert most == 1
-    assert inside == 0
+    assert not mixed, "a guess held its turn beside another holder"
+    assert most_needed > 1, "needed holders never shared"
+    assert needed_inside == guesses_inside == 0
