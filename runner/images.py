@@ -31,6 +31,7 @@ import runner
 from runner.containers import ContainerResult, ContainerSpec, Mount
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, PROCESS_LABEL, RUN_LABEL, run_container
+from runner.turns import Turns
 from runner.wheels import file_sha256
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ def ensure_test_image(
         simpler = ("simpler", simpler_sha, simpler_wheel)
         order = [*order, simpler] if pypto_first else [simpler, *order]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with _TURNS.take(speculative), _KEYS.hold(tag):
+    with _TURNS.turn(speculative), _KEYS.hold(tag):
         existing = find_test_image(client, labels)
         if existing is not None:
             _ensure_tag(client, existing, tag)
@@ -256,34 +257,6 @@ def _ensure_tag(client: docker.DockerClient, image_id: str, tag: str) -> None:
         raise InfrastructureError(f"cannot tag image {image_id[:19]} as {tag}: {exc}") from exc
 
 
-class _ImageTurns:
-    """Test images of one process: any number of needed ones at once; a guess only while none
-    is being made, and one guess at a time."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._needed = 0
-        self._guessing = False
-
-    @contextlib.contextmanager
-    def take(self, speculative: bool) -> Iterator[None]:
-        with self._cond:
-            if speculative:
-                self._cond.wait_for(lambda: not self._guessing and not self._needed)
-                self._guessing = True
-            else:
-                self._needed += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                if speculative:
-                    self._guessing = False
-                else:
-                    self._needed -= 1
-                self._cond.notify_all()
-
-
 class _KeyLocks:
     """One maker per image: a second thread wanting the same image waits, then reuses it."""
 
@@ -299,7 +272,7 @@ class _KeyLocks:
             yield
 
 
-_TURNS = _ImageTurns()
+_TURNS = Turns()  # any number of needed images at once; one guess, only while none is made
 _KEYS = _KeyLocks()
 
 LAYER_REPOSITORY = "bisect-precision/layer"

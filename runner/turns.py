@@ -1,10 +1,10 @@
-"""Needed work shares its turn; work done ahead of need takes its turn alone, after it.
+"""Work a test waits for never waits for work done ahead of need; a guess waits for it.
 
-Builds ahead of need (speculative exports and builder lookups) read the same git mirrors as the
-tests of the current round. Reading is safe in parallel, but a guess that holds the mirrors (or
-the CPU they cost) delays a test, so `Turns` lets the tests of a round hold their turns together
-and makes a guess wait until no test holds or wants one: a needed waiter overtakes every waiting
-guess, and a guess never preempts.
+Builds ahead of need (speculative exports, builder lookups, test images) use the same git mirrors
+and the same Docker Engine as the tests of the current round. Both are safe to use in parallel,
+but a guess that starts beside a test slows it, so `Turns` lets any number of needed holders in
+at once, at any time, and lets a guess in only while no needed one holds, one guess at a time. A
+guess already in never preempts: it finishes beside the needed holders that came after it.
 """
 
 from __future__ import annotations
@@ -15,26 +15,20 @@ from collections.abc import Iterator
 
 
 class Turns:
-    """Needed holders together, or one speculative holder alone; needed waiters go first."""
+    """Needed holders at any time; one speculative holder, only while no needed one holds."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._needed = 0  # holding
+        self._needed = 0
         self._guessing = False
-        self._needed_waiting = 0
 
     @contextlib.contextmanager
     def turn(self, speculative: bool = False) -> Iterator[None]:
         with self._cond:
             if speculative:
-                while self._guessing or self._needed or self._needed_waiting:
-                    self._cond.wait()
+                self._cond.wait_for(lambda: not self._guessing and not self._needed)
                 self._guessing = True
             else:
-                self._needed_waiting += 1
-                while self._guessing:
-                    self._cond.wait()
-                self._needed_waiting -= 1
                 self._needed += 1
         try:
             yield

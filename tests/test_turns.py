@@ -1,5 +1,4 @@
-"""Turns: needed holders share; a guess holds alone, and a needed waiter overtakes guesses that
-queued before it."""
+"""Turns: needed holders never wait; a guess waits for them and for another guess."""
 
 from __future__ import annotations
 
@@ -16,40 +15,41 @@ def _wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyp
         time.sleep(0.005)
 
 
-def test_needed_waiter_goes_before_speculative_ones_that_queued_first() -> None:
+def test_a_needed_holder_never_waits_and_guesses_wait_for_it() -> None:
     turns = Turns()
     order: list[str] = []
     release = threading.Event()
     holding = threading.Event()
 
-    def holder() -> None:
+    def guess_holder() -> None:
         with turns.turn(speculative=True):
             holding.set()
             release.wait(5)
-            order.append("holder")
+            order.append("guess holding")
 
-    def waiter(name: str, speculative: bool) -> None:
-        with turns.turn(speculative):
-            order.append(name)
+    def needed() -> None:
+        with turns.turn():
+            order.append("needed")
+            time.sleep(0.1)  # a guess that queued meanwhile waits for this to end
 
-    threads = [threading.Thread(target=holder)]
-    threads[0].start()
+    def guess() -> None:
+        with turns.turn(speculative=True):
+            order.append("guess waiting")
+
+    first = threading.Thread(target=guess_holder)
+    first.start()
     holding.wait(5)
-    for name in ("guess-1", "guess-2"):
-        threads.append(threading.Thread(target=waiter, args=(name, True)))
-        threads[-1].start()
-    time.sleep(0.05)  # both guesses are waiting
-    threads.append(threading.Thread(target=waiter, args=("needed", False)))
-    threads[-1].start()
-    _wait_for(lambda: turns._needed_waiting == 1)
-    release.set()
+    threads = [threading.Thread(target=needed), threading.Thread(target=guess)]
     for thread in threads:
+        thread.start()
+    _wait_for(lambda: order == ["needed"])  # in beside the guess that holds
+    release.set()
+    for thread in [first, *threads]:
         thread.join(5)
-    assert order[:2] == ["holder", "needed"]
-    assert sorted(order[2:]) == ["guess-1", "guess-2"]
+    assert order == ["needed", "guess holding", "guess waiting"]
 
 
-def test_needed_holders_share_and_a_guess_holds_alone() -> None:
+def test_needed_holders_share_and_a_guess_enters_only_alone() -> None:
     turns = Turns()
     needed_inside = 0
     guesses_inside = 0
@@ -65,11 +65,12 @@ def test_needed_holders_share_and_a_guess_holds_alone() -> None:
             with turns.turn(speculative):
                 with lock:
                     if speculative:
+                        # A guess enters only when nobody holds a turn.
+                        mixed |= guesses_inside > 0 or needed_inside > 0
                         guesses_inside += 1
                     else:
                         needed_inside += 1
                     most_needed = max(most_needed, needed_inside)
-                    mixed |= guesses_inside > 1 or (guesses_inside > 0 and needed_inside > 0)
                 time.sleep(0.002)
                 with lock:
                     if speculative:
@@ -82,6 +83,6 @@ def test_needed_holders_share_and_a_guess_holds_alone() -> None:
         thread.start()
     for thread in threads:
         thread.join(10)
-    assert not mixed, "a guess held its turn beside another holder"
+    assert not mixed, "a guess took its turn beside another holder"
     assert most_needed > 1, "needed holders never shared"
     assert needed_inside == guesses_inside == 0
