@@ -254,7 +254,6 @@ class LocalExecutor(Executor):
     """Threads on this host: `build_jobs` build workers, one run at a time per device slot."""
 
     name = "local"
-    guesses_compete = True
 
     def __init__(
         self,
@@ -274,6 +273,9 @@ class LocalExecutor(Executor):
         self.cache = cache
         self.echo = echo
         self._jobs = build_jobs or default_build_jobs()
+        # A round's own builds (two per test) can fill every build slot: guesses must yield.
+        # On a host with slots to spare they use those at any time.
+        self.guesses_compete = self._jobs <= 2 * len(slots)
         self._pool = _DevicePool(slots, warn or echo)
         self._lock = threading.Lock()
         self._queue: list[_Queued] = []
@@ -451,7 +453,7 @@ class LocalExecutor(Executor):
         if self._queue[0].priority == _NEEDED:
             return self._running_needed < self._jobs
         # A guess waits for needed work to finish: it would slow exactly what a test waits for.
-        return self._running < self._jobs and not self._needed_busy()
+        return self._running < self._jobs and not (self.guesses_compete and self._needed_busy())
 
     def _run_worker(self, job: RunJob, future: Future[RunReport]) -> None:
         try:

@@ -71,6 +71,15 @@ def test_default_build_jobs_follow_cores_and_memory():
     assert build_parallelism(24, cores=192) == 8
 
 
+def test_guesses_yield_where_a_rounds_own_builds_can_fill_every_build_slot(docker_client, tmp_path):
+    cache = WheelCache(tmp_path / "wheels")
+    cases = [(2, ["0"], True), (2, ["0", "1"], True), (8, ["0"], False), (8, list("0123"), True)]
+    for jobs, devices, competing in cases:
+        slots = [Slot(device) for device in devices]
+        with LocalExecutor(docker_client, cache, slots, build_jobs=jobs) as executor:
+            assert executor.guesses_compete is competing, (jobs, devices)
+
+
 def test_one_build_per_cache_key_and_needed_builds_overtake_speculative_ones(
     docker_client, settings, tmp_path
 ):
