@@ -8,7 +8,10 @@ code, the regression in a simpler commit inside the first), once with pure-Pytho
 once with the native C/C++ sample, each lane count with a fresh workdir and wheel cache. It
 prints tests, rounds, wall time and the ratio; it asserts no timing.
 
-    python -m bench.bench_lanes [--only python,native]
+    python -m bench.bench_lanes [--only python,native] [--repeat N]
+
+Each lane count runs `--repeat` times (default 2, alternating), since one run on a shared 2-core
+machine varies by a few seconds; the table shows every wall time and the ratio of their means.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-image", default="bisect-precision-test-base:bookworm")
     parser.add_argument("--only", default="python,native")
+    parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     print(f"machine: {machine()}")
     failed = False
@@ -89,21 +93,28 @@ def main() -> int:
         for kind in args.only.split(","):
             root = Path(scratch) / kind
             sample = make_sample(root / "sample", spec(native=kind == "native"))
-            one = run(root, "one", "0", args.base_image, sample)
-            two = run(root, "two", "0,1", args.base_image, sample)
-            same = one["culprits"] == two["culprits"]
+            ones, twos = [], []
+            for r in range(args.repeat):
+                ones.append(run(root, f"one-{r}", "0", args.base_image, sample))
+                twos.append(run(root, f"two-{r}", "0,1", args.base_image, sample))
+            same = all(x["culprits"] == ones[0]["culprits"] for x in [*ones, *twos])
             failed |= not same
-            rows.append((kind, one, two, same))
+            rows.append((kind, ones, twos, same))
     print()
-    print("| history | lanes | tests | rounds | wall, s | (two)/(one) | same culprits |")
-    print("|---|---|---|---|---|---|---|")
-    for kind, one, two, same in rows:
-        ratio = float(two["wall"]) / float(one["wall"])  # type: ignore[arg-type]
-        print(f"| {kind} | 1 | {one['tests']} | {one['rounds']} | {one['wall']:.1f} | | |")
-        print(
-            f"| {kind} | 2 | {two['tests']} | {two['rounds']} | {two['wall']:.1f} | "
-            f"{ratio:.2f} | {'yes' if same else 'NO'} |"
-        )
+    print("| history | lanes | tests | rounds | wall, s | mean, s | (two)/(one) | same culprits |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind, ones, twos, same in rows:
+        means = [sum(float(x["wall"]) for x in runs) / len(runs) for runs in (ones, twos)]  # type: ignore[arg-type]
+        for lanes, runs, mean in ((1, ones, means[0]), (2, twos, means[1])):
+            walls = ", ".join(f"{float(x['wall']):.1f}" for x in runs)  # type: ignore[arg-type]
+            tests = "/".join(sorted({str(x["tests"]) for x in runs}))
+            rounds = "/".join(sorted({str(x["rounds"]) for x in runs}))
+            ratio = f"{means[1] / means[0]:.2f}" if lanes == 2 else ""
+            culprits = ("yes" if same else "NO") if lanes == 2 else ""
+            print(
+                f"| {kind} | {lanes} | {tests} | {rounds} | {walls} | {mean:.1f} | {ratio} | "
+                f"{culprits} |"
+            )
     return 1 if failed else 0
 
 
