@@ -8,6 +8,7 @@ through `History` and the `simpler_states` callable.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -613,16 +614,28 @@ class Session:
             return lambda state: (anchor, state)
         return lambda commit: (commit, self.gitlink(commit))
 
-    def _prefetch(self, result: LevelResult, picks: Sequence[int]) -> None:
+    def _prefetch(
+        self,
+        result: LevelResult,
+        picks: Sequence[int],
+        observations: Mapping[int, Sequence[Verdict]] | None = None,
+        *,
+        lead: Sequence[int] = (),
+        testing: Sequence[int] | None = None,
+    ) -> None:
         """While this round runs, build what the next two rounds may test: the next round's
-        picks for each outcome of this one (most likely first), then the round after those."""
+        picks for each outcome of this one (most likely first), then the round after those.
+
+        `observations` and `lead`: an assumed record (default: the real one) whose round
+        `picks` comes first, itself built ahead; `testing`: what runs now (default: `picks`).
+        """
         prefetch = getattr(self.tester, "prefetch", None)
         if prefetch is None:
             return
         pair = self._pair(result)
-        wanted: list[tuple[str, str | None]] = []
+        wanted: list[tuple[str, str | None]] = [pair(result.candidates[i]) for i in lead]
         states: list[tuple[Mapping[int, Sequence[Verdict]], tuple[int, ...]]] = [
-            (result.observations, tuple(picks))
+            (result.observations if observations is None else observations, tuple(picks))
         ]
         # Two rounds ahead with one device (two, then four pairs); one with several, whose
         # (k + 1) outcomes already name k (k + 1) pairs.
@@ -642,7 +655,8 @@ class Session:
             states = following
         seen: set[tuple[str, str | None]] = set()
         ordered = [p for p in wanted if not (p in seen or seen.add(p))]
-        prefetch(ordered, [pair(result.candidates[index]) for index in picks])
+        now = picks if testing is None else testing
+        prefetch(ordered, [pair(result.candidates[index]) for index in now])
 
     def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
         if self.repeat is not None:
@@ -1196,12 +1210,19 @@ class Session:
                 raise EndpointFailure(ends[i][2], recorded[-1])
             return True
 
-        self._until_settled(
-            len(ends),
-            lambda i: state(i) is not None,
-            lambda picks: self._steps(first, pair, [ends[i][0] for i in picks]),
-            holds,
-        )
+        def run(picks: Sequence[int]) -> None:
+            tested = [ends[i][0] for i in picks]
+            # The endpoints usually hold: build the first bisect round ahead meanwhile.
+            assumed = {i: list(v) for i, v in first.observations.items()}
+            for i in picks:
+                assumed.setdefault(ends[i][0], []).append(ends[i][1])
+            with contextlib.suppress(ValueError):
+                step = self._picks(first, assumed)
+                if isinstance(step, Test):
+                    self._prefetch(first, step.indices, assumed, lead=step.indices, testing=tested)
+            self._steps(first, pair, tested)
+
+        self._until_settled(len(ends), lambda i: state(i) is not None, run, holds)
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]

@@ -176,6 +176,26 @@ def test_while_a_round_runs_both_next_pivots_are_prefetched_first(sample_factory
     assert len(prefetched) >= 4  # then the round after those
 
 
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_while_the_endpoints_are_checked_the_first_bisect_round_is_built_ahead(
+    sample_factory, parallel
+):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 16}, bumps=((4, 4),), pypto_regression_at=11)
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=parallel)
+
+    bisect(sample, tester=tester)
+
+    endpoints = {sample.pypto_shas[0], sample.pypto_shas[-1]}
+    checks = [n for n, r in enumerate(tester.rounds) if {p for _, p, _ in r} <= endpoints]
+    first_bisect = next(n for n in range(len(tester.rounds)) if n not in checks)
+    # The guesses given while the last endpoint check ran lead with what the next round tested.
+    guesses = tester.prefetched[checks[-1]]
+    tested = [(p, s) for _, p, s in tester.rounds[first_bisect]]
+    assert guesses[: len(tested)] == tested
+    assert len(tester.prefetched) == len(tester.rounds)  # every round, the checks included
+
+
 def test_a_cached_neighbour_of_the_pivot_is_tested_when_it_costs_no_worst_case_step(
     sample_factory,
 ):
