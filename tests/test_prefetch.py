@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -27,13 +29,22 @@ from tests.test_ledger import make_inputs
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 
-def make_tester(
+@dataclass
+class Guessing:
+    tester: DockerTester
+    executor: LocalExecutor
+    cache: WheelCache
+    pairs: list[tuple[str, str | None]]
+
+
+@pytest.fixture
+def guessing(
     docker_client: docker.DockerClient,
     base_image: str,
     setuptools_builder: str,
     sample_factory,
     tmp_path: Path,
-) -> tuple[DockerTester, LocalExecutor, WheelCache, Ledger, list[tuple[str, str | None]]]:
+) -> Iterator[Guessing]:
     """One build slot; four consecutive pypto commits of a small sample (two simpler pins)."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=5))
     links = History(sample.pypto).gitlinks(sample.pypto_shas)
@@ -57,7 +68,14 @@ def make_tester(
         workdir=tmp_path / "work",
         ccache_dir=tmp_path / "cache" / "ccache",
     )
-    return tester, executor, cache, ledger, pairs
+    try:
+        yield Guessing(tester, executor, cache, pairs)
+    finally:
+        tester.close(cancel=False)
+        ledger.close()
+        for sha, _ in pairs:
+            for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha}"}):
+                docker_client.images.remove(image.id, force=True)
 
 
 def wait_for(condition, seconds: float, what: str) -> None:
@@ -75,77 +93,44 @@ def settled(tester: DockerTester, executor: LocalExecutor) -> bool:
     )
 
 
-def remove_images(docker_client: docker.DockerClient, pairs) -> None:
-    for sha, _ in pairs:
-        for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha}"}):
-            docker_client.images.remove(image.id, force=True)
-
-
 def pypto_builds(cache: WheelCache) -> list[str]:
     built = sorted((e.created, e.commit) for e in cache.entries() if e.package == "pypto")
     return [commit for _, commit in built]
 
 
 def test_guesses_start_in_order_and_a_new_list_replaces_those_not_started(
-    docker_client: docker.DockerClient,
-    base_image: str,
-    setuptools_builder: str,
-    sample_factory,
-    tmp_path: Path,
+    guessing: Guessing,
 ) -> None:
-    tester, executor, cache, ledger, pairs = make_tester(
-        docker_client, base_image, setuptools_builder, sample_factory, tmp_path
+    tester, executor, pairs = guessing.tester, guessing.executor, guessing.pairs
+    tester.prefetch(pairs[:3])
+    # The first guess takes the one build slot; the next round's list comes meanwhile, and that
+    # round tests the first guess: it goes on.
+    wait_for(lambda: executor.busy_builds() > 0, 60, "no guess started")
+    assert tester.prefetch(pairs[3:], testing=[pairs[0]]) == 1
+    wait_for(
+        lambda: tester.cached(*pairs[0]) and tester.cached(*pairs[3]) and settled(tester, executor),
+        300,
+        "the guesses never finished",
     )
-    try:
-        tester.prefetch(pairs[:3])
-        # The first guess takes the one build slot; the next round's list comes meanwhile, and
-        # that round tests the first guess: it goes on.
-        wait_for(lambda: executor.busy_builds() > 0, 60, "no guess started")
-        assert tester.prefetch(pairs[3:], testing=[pairs[0]]) == 1
-        wait_for(
-            lambda: (
-                tester.cached(*pairs[0]) and tester.cached(*pairs[3]) and settled(tester, executor)
-            ),
-            300,
-            "the guesses never finished",
-        )
-    finally:
-        tester.close(cancel=False)
-        ledger.close()
-        remove_images(docker_client, pairs)
 
-    assert pypto_builds(cache) == [pairs[0][0], pairs[3][0]]
-    assert tester.cached(*pairs[0]) and tester.cached(*pairs[3])
+    assert pypto_builds(guessing.cache) == [pairs[0][0], pairs[3][0]]
     assert not tester.cached(*pairs[1]) and not tester.cached(*pairs[2])
 
 
-def test_a_guess_building_that_no_longer_may_be_tested_is_cancelled(
-    docker_client: docker.DockerClient,
-    base_image: str,
-    setuptools_builder: str,
-    sample_factory,
-    tmp_path: Path,
-) -> None:
-    tester, executor, cache, ledger, pairs = make_tester(
-        docker_client, base_image, setuptools_builder, sample_factory, tmp_path
-    )
+def test_a_guess_building_that_no_longer_may_be_tested_is_cancelled(guessing: Guessing) -> None:
+    tester, executor, pairs = guessing.tester, guessing.executor, guessing.pairs
     # The two pairs pin different simpler commits: every wheel of the first is stale.
     assert pairs[0][1] != pairs[3][1]
-    try:
-        tester.prefetch(pairs[:1])
-        wait_for(lambda: executor.busy_builds() > 0, 60, "no guess started")
-        tester.prefetch(pairs[3:])
-        wait_for(
-            lambda: tester.cached(*pairs[3]) and settled(tester, executor),
-            300,
-            "the new guess never finished",
-        )
-    finally:
-        tester.close(cancel=False)
-        ledger.close()
-        remove_images(docker_client, pairs)
+    tester.prefetch(pairs[:1])
+    wait_for(lambda: executor.busy_builds() > 0, 60, "no guess started")
+    tester.prefetch(pairs[3:])
+    wait_for(
+        lambda: tester.cached(*pairs[3]) and settled(tester, executor),
+        300,
+        "the new guess never finished",
+    )
 
-    built = {(e.package, e.commit) for e in cache.entries()}
+    built = {(e.package, e.commit) for e in guessing.cache.entries()}
     assert ("pypto", pairs[0][0]) not in built and ("simpler", pairs[0][1]) not in built
-    assert pypto_builds(cache) == [pairs[3][0]]
-    assert not list(cache.tmp_dir.iterdir()), "a cancelled build left its directory behind"
+    assert pypto_builds(guessing.cache) == [pairs[3][0]]
+    assert not list(guessing.cache.tmp_dir.iterdir()), "a cancelled build left its directory"
