@@ -620,20 +620,20 @@ class Session:
         picks: Sequence[int],
         observations: Mapping[int, Sequence[Verdict]] | None = None,
         *,
-        lead: Sequence[int] = (),
         testing: Sequence[int] | None = None,
     ) -> None:
         """While this round runs, build what the next two rounds may test: the next round's
         picks for each outcome of this one (most likely first), then the round after those.
 
-        `observations` and `lead`: an assumed record (default: the real one) whose round
-        `picks` comes first, itself built ahead; `testing`: what runs now (default: `picks`).
+        `observations`: an assumed record (default: the real one). `testing`: what runs now,
+        when `picks` is a round still to come: then `picks` itself is built ahead, first.
         """
         prefetch = getattr(self.tester, "prefetch", None)
         if prefetch is None:
             return
         pair = self._pair(result)
-        wanted: list[tuple[str, str | None]] = [pair(result.candidates[i]) for i in lead]
+        ahead = picks if testing is not None else ()
+        wanted: list[tuple[str, str | None]] = [pair(result.candidates[i]) for i in ahead]
         states: list[tuple[Mapping[int, Sequence[Verdict]], tuple[int, ...]]] = [
             (result.observations if observations is None else observations, tuple(picks))
         ]
@@ -1219,7 +1219,7 @@ class Session:
             with contextlib.suppress(ValueError):
                 step = self._picks(first, assumed)
                 if isinstance(step, Test):
-                    self._prefetch(first, step.indices, assumed, lead=step.indices, testing=tested)
+                    self._prefetch(first, step.indices, assumed, testing=tested)
             self._steps(first, pair, tested)
 
         self._until_settled(len(ends), lambda i: state(i) is not None, run, holds)

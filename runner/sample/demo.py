@@ -92,6 +92,16 @@ def run_arguments(
     ]
 
 
+def on_simulator(arguments: list[str], lanes: str) -> list[str]:
+    """`run_arguments` on the simulator platform with these lanes (`--device`), no device map."""
+    out = list(arguments)
+    out[out.index("--platform") + 1] = "a2a3sim"
+    out[out.index("--device") + 1] = lanes
+    at = out.index("--device-map")
+    del out[at : at + 2]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path("demo"), help="where to put everything")
@@ -135,13 +145,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def on_simulator(arguments: list[str], lanes: str) -> list[str]:
-    """`run_arguments` on the simulator platform with these lanes (`--device`), no device map."""
-    out = list(arguments)
-    out[out.index("--platform") + 1] = "a2a3sim"
-    out[out.index("--device") + 1] = lanes
-    at = out.index("--device-map")
-    del out[at : at + 2]
-    return out
