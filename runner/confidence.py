@@ -22,9 +22,10 @@ bad commit (endpoints aside) each showed their verdict ``REPLICATE`` times. One 
 the search leaves a record that is consistent with the wrong boundary and with nothing else: the
 lie sits at that boundary, and only running it again can expose it. The posterior cannot see this
 on its own, because what it believes about the flake rates comes from the very runs the lie
-left consistent. A session that checks for drift at the end asks the last good commit for one pass
-more and takes that last run as its drift check. A record that contradicts itself must also hold
-under every flake rate it has not ruled out (`_worst_rates`).
+left consistent. A session that checks for drift at the end asks the boundary for one run more,
+on the side the model doubts (the last good commit unless the first bad one needs it more), and
+takes the last good commit's last pass as its drift check. A record that contradicts itself must
+also hold under every flake rate it has not ruled out (`_worst_rates`).
 
 Untestable commits (a skip) are never offered again. Candidates that only untestable commits
 separate cannot be told apart by any test, so they are pooled into one block; a block that reaches
@@ -228,7 +229,8 @@ def decide(
     it is the likeliest block and nothing but its boundary is left to test (or it reached the
     confidence), the answer is `Descend`, and the second level checks that boundary with every
     run of both levels. ``last_good_runs`` is how many passes the last good commit needs: the
-    session asks one more than `REPLICATE` when that last run also serves as its drift check.
+    session asks one more than `REPLICATE` when that last run also serves as its drift check,
+    and a third fail of the first bad commit, asked for by the model, stands in for that pass.
     """
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence must be between 0.5 and 1, got {confidence}")
@@ -327,20 +329,27 @@ def _unreplicated(
     count: int, tallies: Mapping[int, Tally], first: int, last: int, good_times: int
 ) -> list[int]:
     """The runs the boundary of a block still needs, one entry per run: the first bad commit
-    (``last``) shows its verdict `REPLICATE` times and the last good one (``first - 1``)
-    ``good_times`` times, endpoints excepted (every hypothesis takes those as good and bad, and
-    they were verified on their own). The first bad commit's runs come first and the last good
-    one's last, so a session can take that last run as the proof that good commits still pass
-    at the end; a round with several devices runs them all at once."""
-    out = []
-    for index, verdict, times in ((last, "bad", REPLICATE), (first - 1, "good", good_times)):
+    (``last``) and the last good one (``first - 1``) each show their verdict `REPLICATE` times,
+    and together ``REPLICATE + good_times`` times, endpoints excepted (every hypothesis takes
+    those as good and bad, and they were verified on their own). A run beyond `REPLICATE` on
+    either side counts, so where the model asked the first bad commit for a third fail the last
+    good one needs no third pass: on a deterministic example the boundary costs five runs either
+    way. Otherwise the extra run is the last good commit's. The first bad commit's runs come
+    first and the last good one's last, so a session can take that last run as the proof that
+    good commits still pass at the end; a round with several devices runs them all at once."""
+    sides: list[tuple[int, int]] = []  # (index, runs with its verdict)
+    for index, verdict in ((last, "bad"), (first - 1, "good")):
         if not 0 < index < count - 1:
             continue
         t = tallies.get(index, Tally())
         if t.skip:
             continue
-        shown = t.bad if verdict == "bad" else t.good
-        out += [index] * max(0, times - shown)
+        sides.append((index, t.bad if verdict == "bad" else t.good))
+    out = [index for index, shown in sides for _ in range(REPLICATE - shown)]
+    wanted = REPLICATE + good_times if len(sides) == 2 else good_times
+    if sides and sides[-1][0] == first - 1:
+        shown = sum(max(shown, REPLICATE) for _, shown in sides)
+        out += [first - 1] * max(0, wanted - shown)
     return out
 
 
@@ -537,14 +546,15 @@ class _Model:
         ]
         if not testable:
             return None
-        # Ties (common on a fresh, flat posterior; gains within a thousandth of a bit count as
-        # tied) go to the index nearest the posterior median, then to one not tested yet, then to
-        # the lower index, as plain bisection would: deterministic, so replay agrees.
+        # Ties (common on a fresh, flat posterior; gains within a millionth of a bit count as
+        # tied, so a real difference such as an even split against an uneven one is kept) go to
+        # the index nearest the posterior median, then to one not tested yet, then to the lower
+        # index, as plain bisection would: deterministic, so replay agrees.
         median = self._median()
         best = max(
             testable,
             key=lambda i: (
-                round(gains[i], 3),
+                round(gains[i], 6),
                 -abs(i - median),
                 -self.tallies.get(i, Tally()).runs,
                 -i,
