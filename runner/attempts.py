@@ -157,24 +157,12 @@ class DockerTester:
             self._record_ahead()
 
     def _record_ahead(self) -> None:
-        """Speculative builds that finished, once each, unless a test waited for that very build
-        (then the test's attempt counts it as built)."""
+        """Speculative builds that finished. Each build has one owner (see
+        `runner.executor.SharedBuild`): a guess that a test joined is the test's build, and two
+        guesses that share a wheel own it once."""
         with self._ahead_lock:
             ahead, self._ahead = self._ahead, []
-        claimed = {
-            wheel
-            for a in self.ledger.document.attempts
-            for wheel in _wheels_in(a, ("built", "failed"))
-        }
-        # Two guessed pairs that share a wheel waited for one build: each reported it.
-        seen = {(b.package, b.commit, b.seconds) for b in self.ledger.document.ahead}
-        fresh = []
-        for build in ahead:
-            once = (build.package, build.commit, build.seconds)
-            if (build.package, build.commit) not in claimed and once not in seen:
-                seen.add(once)
-                fresh.append(build)
-        self.ledger.record_ahead(fresh)
+        self.ledger.record_ahead(ahead)
 
     # -- what the session calls ----------------------------------------------------------
 
@@ -198,7 +186,6 @@ class DockerTester:
         with self._ahead_cond:
             self._announced = None
         results: dict[int, Attempt] = {}
-        built_now: set[tuple[str, str]] = set()
         fatal: InfrastructureError | None = None
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -228,11 +215,6 @@ class DockerTester:
                         )
                     running[self._submit(request, number)] = index
                     continue
-                # Tests of a round that waited for one build share it: the first counts it.
-                for package, commit in _wheels_in(attempt, ("built", "failed")):
-                    if (package, commit) in built_now:
-                        attempt.builds[package] = _SHARED[attempt.builds[package]]
-                    built_now.add((package, commit))
                 self.ledger.record(attempt)
                 self._built.update(_wheels_in(attempt, ("built", "cached")))
                 results[index] = attempt
@@ -652,9 +634,6 @@ def _wheels_in(attempt: Attempt, states: Collection[str]) -> list[tuple[str, str
         if commit and state in states:
             out.append((package, commit))
     return out
-
-
-_SHARED = {"built": "cached", "failed": "failed-cached"}  # a build another test waited for
 
 
 def _build_state(wheel: WheelResult) -> str:

@@ -11,7 +11,9 @@ have a Docker Engine). The contract both keep:
 
 - `build(job)` returns a future of the `WheelResult`; wheels land in the content-addressed
   `WheelCache`, so a build is done once whoever asks for it, and a speculative build that turns
-  out to be needed is simply waited for. Sources are exported *on the driver* by `job.prepare`.
+  out to be needed is simply waited for. Every caller gets a future of its own
+  (`SharedBuild`): the one that owns the build sees it built, the others see a cache hit, so a
+  build is counted once. Sources are exported *on the driver* by `job.prepare`.
 - `run(job)` returns a future of the `RunReport`: the executor picks a free device slot, layers
   the test image where the run happens, runs the example and says which slot ran it.
 - Infrastructure faults raise `InfrastructureError` from the future; a failing device is taken
@@ -101,6 +103,52 @@ class RunReport:
     slot: Slot | None
     # Fingerprint facts of the node that ran it (kernel, driver, npu-smi), when not this host.
     facts: dict[str, str] = field(default_factory=dict)
+
+
+class SharedBuild:
+    """One build several callers asked for, each with a future of its own.
+
+    The build belongs to the first caller that needs it (a test), else to the first caller (a
+    guess): its future gets the result as it is. Every other caller, and any caller that
+    attaches after the build finished, gets the same wheel as a cache hit (``from_cache``), just
+    as if it had asked a moment later. So a build two tests waited for counts as built once, and
+    a guess a test overtook is not recorded as built ahead. A failure reaches every caller.
+    """
+
+    def __init__(self, build: Future[WheelResult]) -> None:
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[Future[WheelResult], bool]] = []
+        self._settled = False
+        build.add_done_callback(self._settle)
+
+    def attach(self, *, speculative: bool) -> Future[WheelResult]:
+        future: Future[WheelResult] = Future()
+        with self._lock:
+            if not self._settled:
+                self._waiters.append((future, speculative))
+                return future
+        self._resolve(future, owner=False)
+        return future
+
+    def _settle(self, build: Future[WheelResult]) -> None:
+        with self._lock:
+            self._settled = True
+            self._build = build
+            waiters, self._waiters = self._waiters, []
+        needed = [f for f, speculative in waiters if not speculative]
+        owner = needed[0] if needed else waiters[0][0] if waiters else None
+        for future, _ in waiters:
+            self._resolve(future, owner=future is owner)
+
+    def _resolve(self, future: Future[WheelResult], *, owner: bool) -> None:
+        build = self._build
+        if build.cancelled():
+            future.set_exception(Cancelled("the build was cancelled"))
+        elif (exc := build.exception()) is not None:
+            future.set_exception(exc)
+        else:
+            result = build.result()
+            future.set_result(result if owner else replace(result, from_cache=True))
 
 
 class Executor(ABC):
@@ -246,6 +294,7 @@ class _Queued:
     job: BuildJob = field(compare=False)
     key: str = field(compare=False)
     future: Future[WheelResult] = field(compare=False)
+    shared: SharedBuild = field(compare=False)
     cancel: threading.Event = field(compare=False, default_factory=threading.Event)
     started: bool = field(compare=False, default=False)
 
@@ -329,12 +378,13 @@ class LocalExecutor(Executor):
                     heapq.heapify(self._queue)
                 if not job.speculative:
                     queued.job.speculative = False
-                return queued.future
-            queued = _Queued(priority, next(self._order), job, key, Future())
+                return queued.shared.attach(speculative=job.speculative)
+            build: Future[WheelResult] = Future()
+            queued = _Queued(priority, next(self._order), job, key, build, SharedBuild(build))
             self._by_key[key] = queued
             heapq.heappush(self._queue, queued)
             self._wake.notify_all()
-            return queued.future
+            return queued.shared.attach(speculative=job.speculative)
 
     def run(self, job: RunJob) -> Future[RunReport]:
         future: Future[RunReport] = Future()

@@ -45,7 +45,15 @@ from runner.builders import Builder, find_builder
 from runner.devices import DeviceMode, is_simulator, passthrough
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import Cancelled, connect, remove_stale_containers
-from runner.executor import BuildJob, Executor, RunJob, RunReport, Slot, run_on_node
+from runner.executor import (
+    BuildJob,
+    Executor,
+    RunJob,
+    RunReport,
+    SharedBuild,
+    Slot,
+    run_on_node,
+)
 from runner.fingerprint import host_facts
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 
@@ -327,6 +335,7 @@ class RayExecutor(Executor):
         self._starved_s = starved_s
         self._lock = threading.Lock()
         self._builds: dict[str, Future[WheelResult]] = {}
+        self._shared: dict[str, SharedBuild] = {}
         self._speculative: dict[str, bool] = {}
         self._tasks: dict[Any, str | None] = {}  # in-flight ObjectRef -> build key (None: run)
         self._refs: dict[str, list[Any]] = {}  # driver path -> [ObjectRef]
@@ -422,11 +431,12 @@ class RayExecutor(Executor):
             if future is not None and not future.done():
                 if not job.speculative:
                     self._speculative[key] = False
-                return future
+                return self._shared[key].attach(speculative=job.speculative)
             future = self._threads.submit(self._build, job, key)
             self._builds[key] = future
+            self._shared[key] = SharedBuild(future)
             self._speculative[key] = job.speculative
-            return future
+            return self._shared[key].attach(speculative=job.speculative)
 
     def run(self, job: RunJob) -> Future[RunReport]:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import docker
@@ -15,12 +16,13 @@ from runner.executor import (
     BuildJob,
     LocalExecutor,
     RunJob,
+    SharedBuild,
     Slot,
     build_parallelism,
     default_build_jobs,
 )
 from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
-from runner.wheels import BuildSettings, WheelCache
+from runner.wheels import BuildSettings, WheelCache, WheelResult
 from tests.test_wheels import Sources, assert_no_leftover_build_dirs, pypto_source
 
 pytestmark = pytest.mark.docker
@@ -71,6 +73,45 @@ def test_default_build_jobs_follow_cores_and_memory():
     assert build_parallelism(24, cores=192) == 8
 
 
+def _wheel(tmp_path: Path) -> WheelResult:
+    wheel = tmp_path / "pypto-0.1-py3-none-any.whl"
+    return WheelResult(
+        package="pypto", commit="e" * 40, key="k", ok=True, wheel=wheel, sha256="0" * 64,
+        log_path=tmp_path / "build.log", seconds=2.5, from_cache=False, reason="",
+    )  # fmt: skip
+
+
+def test_a_shared_build_belongs_to_the_first_test_that_waits_for_it(tmp_path):
+    build: Future[WheelResult] = Future()
+    shared = SharedBuild(build)
+    guess = shared.attach(speculative=True)
+    test = shared.attach(speculative=False)
+    other_test = shared.attach(speculative=False)
+    assert not any(f.done() for f in (guess, test, other_test))
+    result = _wheel(tmp_path)
+    build.set_result(result)
+    assert test.result() == result  # built, by the first test that needed it
+    assert guess.result().from_cache and other_test.result().from_cache
+    assert guess.result().wheel == result.wheel
+    assert shared.attach(speculative=False).result().from_cache  # too late to own it
+
+
+def test_a_guess_alone_owns_its_build_and_a_failure_reaches_every_caller(tmp_path):
+    build: Future[WheelResult] = Future()
+    shared = SharedBuild(build)
+    first, second = shared.attach(speculative=True), shared.attach(speculative=True)
+    build.set_result(_wheel(tmp_path))
+    assert not first.result().from_cache and second.result().from_cache
+
+    failing: Future[WheelResult] = Future()
+    broken = SharedBuild(failing)
+    waiters = [broken.attach(speculative=s) for s in (True, False)]
+    failing.set_exception(Cancelled("the session is stopping"))
+    for waiter in waiters:
+        with pytest.raises(Cancelled):
+            waiter.result()
+
+
 def test_guesses_yield_where_a_rounds_own_builds_can_fill_every_build_slot(docker_client, tmp_path):
     cache = WheelCache(tmp_path / "wheels")
     cases = [(2, ["0"], True), (2, ["0", "1"], True), (8, ["0"], False), (8, list("0123"), True)]
@@ -101,8 +142,9 @@ def test_one_build_per_cache_key_and_needed_builds_overtake_speculative_ones(
         )
         results = [f.result(timeout=600) for f in (first, ahead, needed, twice)]
 
-    assert twice is needed
     assert all(r.ok for r in results)
+    # One build for "c": the first test to ask owns it, the second sees the cache.
+    assert [r.from_cache for r in results] == [False, False, False, True]
     assert started == ["a", "c", "b"]  # the needed build went before the queued speculative one
     assert_no_leftover_build_dirs(cache)
 
@@ -118,9 +160,11 @@ def test_a_needed_build_joins_a_speculative_one_already_running(docker_client, s
         needed = executor.build(
             job("pypto", "d" * 40, sleeper(0, started, "d2"), settings, tmp_path)
         )
-        assert needed is ahead
-        assert needed.result(timeout=600).ok
+        built, guessed = needed.result(timeout=600), ahead.result(timeout=600)
     assert started == ["d"]
+    # The test that joined the guess owns the build; the guess was not a build ahead after all.
+    assert built.ok and not built.from_cache
+    assert guessed.from_cache and guessed.wheel == built.wheel
 
 
 def test_closing_stops_speculative_builds_and_caches_nothing_half_written(
