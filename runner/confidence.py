@@ -24,8 +24,10 @@ lie sits at that boundary, and only running it again can expose it. The posterio
 on its own, because what it believes about the flake rates comes from the very runs the lie
 left consistent. A session that checks for drift at the end asks the boundary for one run more,
 on the side the model doubts (the last good commit unless the first bad one needs it more), and
-takes the last good commit's last pass as its drift check. A record that contradicts itself must
-also hold under every flake rate it has not ruled out (`_worst_rates`).
+takes the last good commit's last pass as its drift check. Runs plain bisection's worst case
+would have spent and the search did not (`ALLOWANCE` over it) buy each side a run more. A record
+that contradicts itself must also hold under every flake rate it has not ruled out
+(`_worst_rates`).
 
 Untestable commits (a skip) are never offered again. Candidates that only untestable commits
 separate cannot be told apart by any test, so they are pooled into one block; a block that reaches
@@ -49,6 +51,9 @@ ENDPOINT_TRIES = 5
 PAIR_TRIES = 6
 REPLICATE = 2
 """How many times each side of a reported boundary must have shown its verdict."""
+ALLOWANCE = 3
+"""Runs over plain bisection's worst case (the endpoints and ceil(log2) steps) a deterministic
+example may cost; what the search leaves of it buys each side of the boundary a run more."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,7 @@ def decide(
     weights: Sequence[float] | None = None,
     descend: Collection[int] = (),
     last_good_runs: int = REPLICATE,
+    plain: int | None = None,
 ) -> Decision:
     """Found / Inconclusive when one block of candidates reaches ``confidence`` and its boundary
     reproduced; else what to test.
@@ -231,6 +237,8 @@ def decide(
     run of both levels. ``last_good_runs`` is how many passes the last good commit needs: the
     session asks one more than `REPLICATE` when that last run also serves as its drift check,
     and a third fail of the first bad commit, asked for by the model, stands in for that pass.
+    ``plain`` is what plain bisection would spend at worst on this level's runs (see
+    `_unreplicated`; None: the endpoints and ceil(log2) steps of this level).
     """
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence must be between 0.5 and 1, got {confidence}")
@@ -253,7 +261,7 @@ def decide(
     if mass >= confidence:
         worst = _worst_rates(model, first, last, confidence)
         if worst is None:
-            needed = _unreplicated(count, tallies, first, last, last_good_runs)
+            needed = _unreplicated(count, tallies, first, last, last_good_runs, plain)
             if needed:
                 return Test(tuple(needed))
             return Found(first) if first == last else Inconclusive(first, last)
@@ -319,14 +327,21 @@ def _worst_rates(model: _Model, first: int, last: int, confidence: float) -> _Mo
     return model.with_rates(worst[1], worst[2])
 
 
-def boundary_runs(posterior: Belief, last_good_runs: int = REPLICATE) -> list[int]:
+def boundary_runs(
+    posterior: Belief, last_good_runs: int = REPLICATE, plain: int | None = None
+) -> list[int]:
     """The runs the likeliest boundary still needs before it can be reported (see `decide`)."""
     first, last, _mass = posterior.top_block
-    return _unreplicated(posterior.count, posterior.tallies, first, last, last_good_runs)
+    return _unreplicated(posterior.count, posterior.tallies, first, last, last_good_runs, plain)
 
 
 def _unreplicated(
-    count: int, tallies: Mapping[int, Tally], first: int, last: int, good_times: int
+    count: int,
+    tallies: Mapping[int, Tally],
+    first: int,
+    last: int,
+    good_times: int,
+    plain: int | None = None,
 ) -> list[int]:
     """The runs the boundary of a block still needs, one entry per run: the first bad commit
     (``last``) and the last good one (``first - 1``) each show their verdict `REPLICATE` times,
@@ -334,7 +349,9 @@ def _unreplicated(
     those as good and bad, and they were verified on their own). A run beyond `REPLICATE` on
     either side counts, so where the model asked the first bad commit for a third fail the last
     good one needs no third pass: on a deterministic example the boundary costs five runs either
-    way. Otherwise the extra run is the last good commit's. The first bad commit's runs come
+    way. Otherwise the extra run is the last good commit's. Runs that ``plain`` (plain
+    bisection's worst case for the level's record) and `ALLOWANCE` leave unused buy each side a
+    run more than `REPLICATE`, the first bad commit first. The first bad commit's runs come
     first and the last good one's last, so a session can take that last run as the proof that
     good commits still pass at the end; a round with several devices runs them all at once."""
     sides: list[tuple[int, int]] = []  # (index, runs with its verdict)
@@ -345,12 +362,23 @@ def _unreplicated(
         if t.skip:
             continue
         sides.append((index, t.bad if verdict == "bad" else t.good))
-    out = [index for index, shown in sides for _ in range(REPLICATE - shown)]
-    wanted = REPLICATE + good_times if len(sides) == 2 else good_times
+    want = {index: max(shown, REPLICATE) for index, shown in sides}
     if sides and sides[-1][0] == first - 1:
-        shown = sum(max(shown, REPLICATE) for _, shown in sides)
-        out += [first - 1] * max(0, wanted - shown)
-    return out
+        total = REPLICATE + good_times if len(sides) == 2 else good_times
+        want[first - 1] += max(0, total - sum(want.values()))
+    # What plain bisection's worst case and the allowance leave after these runs buys each side
+    # (the first bad commit first) up to one run more than `REPLICATE`.
+    if plain is None:
+        plain = 2 + math.ceil(math.log2(max(count - 1, 1)))
+    runs = sum(t.runs for t in tallies.values())
+    left = plain + ALLOWANCE - runs - sum(want[index] - shown for index, shown in sides)
+    if good_times > REPLICATE and not (sides and sides[-1][0] == first - 1):
+        left -= 1  # the drift check re-runs the known-good end: the last good commit is that end
+    for index, _shown in sides:
+        more = max(0, min(REPLICATE + 1 - want[index], left))
+        want[index] += more
+        left -= more
+    return [index for index, shown in sides for _ in range(want[index] - shown)]
 
 
 def pair_verdict(

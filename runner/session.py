@@ -146,6 +146,9 @@ class LevelResult:
     descend: frozenset[int] = frozenset()  # candidates a second level refines (pointer moves)
     descended: bool = False  # stopped at a pointer move: the second level checks the boundary
     pairs: dict[str, tuple[str, str | None]] | None = None  # a joint chain: label -> pair to run
+    # What plain bisection spends at worst on the runs this level counts (its boundary may use
+    # what that and the allowance leave); None: this level's endpoints and ceil(log2) steps.
+    plain: int | None = None
 
     @property
     def done(self) -> bool:
@@ -558,6 +561,7 @@ class Session:
             weights=result.weights,
             descend=result.descend,
             last_good_runs=self._last_good_runs,
+            plain=result.plain,
         )
         if not isinstance(step, Test):
             return step
@@ -568,7 +572,7 @@ class Session:
         # A likely boundary: the runs it still needs to be reported (all of `decide`'s picks
         # once it reached the confidence) share one round, the same commit perhaps twice, and
         # spare devices cut the posterior.
-        runs = boundary_runs(posterior, self._last_good_runs)[:k]
+        runs = boundary_runs(posterior, self._last_good_runs, result.plain)[:k]
         if runs and posterior.top_block[2] >= 0.5:
             extra = [i for i in _quantile_picks(posterior, runs[0], k) if i not in runs]
             return Test(tuple(runs + extra)[:k])
@@ -780,6 +784,7 @@ class Session:
             repeat=self.repeat,
             policy=self.policy,
             prior=FlakePrior(evidence=evidence(first.observations, first.found)),
+            plain=0,  # level one's boundary spent the allowance
         )
         outcome.simpler = second
         outcome.source = "simpler"
@@ -884,12 +889,18 @@ class Session:
         share = 1 / (end - c + 1)
         weights = tuple(share if c <= k <= end else 1.0 for k in range(len(links)))
         labels = [f"{k}:{pairs[0][0]}:{pairs[0][1]}" for k, pairs in enumerate(links)]
+        # Plain bisection of both levels at worst: the endpoints, ceil(log2) steps per level and
+        # the second level's good end (the split's pointer half runs outside the chain).
+        plain = 2 + math.ceil(math.log2(len(first.candidates) - 1))
+        if states:
+            plain += 1 + (math.ceil(math.log2(len(states) - 1)) if len(states) > 2 else 0)
         chain = LevelResult(
             "simpler",
             labels,
             anchor=anchor,
             weights=weights,
             pairs={label: pairs[0] for label, pairs in zip(labels, links, strict=True)},
+            plain=plain,
         )
         self._chain = chain
         second = None

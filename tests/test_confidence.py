@@ -278,8 +278,8 @@ def test_a_boundary_that_needs_the_fewest_lies_is_not_trusted_while_other_rates_
 @pytest.mark.parametrize("last_good_runs", [2, 3])
 @pytest.mark.parametrize(
     ("false_fail", "false_pass", "at_least", "wrong_at_most"),
-    # measured (drift check off / on): right 197 / 199 of 200 at 10 % both ways, 194 / 197 at 30 %
-    # false passes, 191 / 193 at 30 % false fails; confidently wrong at most 9 of 200
+    # measured (drift check off / on): right 198 / 199 of 200 at 10 % both ways, 195 / 198 at 30 %
+    # false passes, 195 / 194 at 30 % false fails; confidently wrong at most 6 of 200
     [(0.1, 0.1, 0.95, 0.05), (0.05, 0.3, 0.95, 0.05), (0.3, 0.05, 0.95, 0.05)],
 )
 def test_flaky_examples_give_the_right_culprit_for_nearly_every_seed(
@@ -369,6 +369,18 @@ def test_a_boundary_takes_its_fifth_run_on_the_side_the_model_doubts():
     assert decide(8, {0: [G], 2: [G], 3: [G, G], 4: [B, B], 5: [B], 7: [B]}, last_good_runs=3) == (
         Test((3,))
     )
+
+
+def test_what_plain_bisection_leaves_unused_buys_the_boundary_a_run_more_on_each_side():
+    # 9 candidates: plain bisection takes 4 steps at worst; this search took 3.
+    decision, observations = drive(10, 3, 0.0, 0.0, 0, last_good_runs=3)
+    assert decision == Found(3)
+    assert observations[3] == [B] * 3 and observations[2] == [G] * 3
+    assert sum(map(len, observations.values())) == 2 + 4 + 3
+    # A level whose allowance was spent before it (plain=0) reports at two fails, three passes.
+    settled = {0: [G], 9: [B], 5: [B], 2: [G, G, G], 3: [B, B]}
+    assert decide(10, settled, last_good_runs=3) == Test((3,))
+    assert decide(10, settled, last_good_runs=3, plain=0) == Found(3)
 
 
 @settings(max_examples=60, deadline=None)
