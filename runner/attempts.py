@@ -274,15 +274,16 @@ class DockerTester:
     def _guess_may_start(self) -> bool:
         """A free build slot and nothing a test waits for under way (called under the
         condition's lock)."""
-        announced = self._announced is not None and time.monotonic() - self._announced < 2.0
-        if self.executor.guesses_compete and (
-            announced
-            or self._preparing
-            or self.executor.needed_busy()
-            or not self._worth_guessing()
-        ):
+        if self.executor.guesses_compete and (self._tests_busy() or not self._worth_guessing()):
             return False
         return self.executor.busy_builds() < self.executor.build_jobs
+
+    def _tests_busy(self) -> bool:
+        """Whether a test's own work is under way: its builds, its test image, or a round just
+        announced. Where guesses compete with it (`Executor.guesses_compete`), neither a guessed
+        build nor a guessed test image starts meanwhile (called under the condition's lock)."""
+        announced = self._announced is not None and time.monotonic() - self._announced < 2.0
+        return announced or self._preparing > 0 or self.executor.needed_busy()
 
     def _worth_guessing(self) -> bool:
         """Whether examples run long enough to hide builds ahead: a guess starts while the
@@ -352,7 +353,9 @@ class DockerTester:
             if all(w.ok for w in wheels.values()) and "pypto" in wheels:
                 self._built.update((name, w.commit) for name, w in wheels.items())
                 with self._ahead_cond:
-                    while not self._stopping and (self._preparing or self.executor.needed_busy()):
+                    while (
+                        not self._stopping and self.executor.guesses_compete and self._tests_busy()
+                    ):
                         self._ahead_cond.wait(0.1)
                     if self._stopping:
                         return
