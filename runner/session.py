@@ -889,11 +889,13 @@ class Session:
         share = 1 / (end - c + 1)
         weights = tuple(share if c <= k <= end else 1.0 for k in range(len(links)))
         labels = [f"{k}:{pairs[0][0]}:{pairs[0][1]}" for k, pairs in enumerate(links)]
-        # Plain bisection of both levels at worst: the endpoints, ceil(log2) steps per level and
-        # the second level's good end (the split's pointer half runs outside the chain).
+        # Plain bisection of both levels at worst: the endpoints and ceil(log2) steps per level.
+        # Not its second level's good end or the split's halves: plain bisection runs them, but
+        # a plain run is often a step or two short of its worst case, and a default session
+        # should stay within 3 tests of the plain run of the same history too.
         plain = 2 + math.ceil(math.log2(len(first.candidates) - 1))
-        if states:
-            plain += 1 + (math.ceil(math.log2(len(states) - 1)) if len(states) > 2 else 0)
+        if len(states) > 2:
+            plain += math.ceil(math.log2(len(states) - 1))
         chain = LevelResult(
             "simpler",
             labels,

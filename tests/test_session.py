@@ -108,10 +108,10 @@ def bisect(sample: Sample, good: int = 0, verify: bool = True, tester=None, **op
 
 
 # The confidence search re-tests the boundary until the culprit reaches 95 %: on a deterministic
-# example that costs at most this many tests more than a plain bisection, the last good commit's
-# third run included, which is also the drift check at the end (the drift re-runs that come on
-# top when it is not, at most two, are left out by `searched`).
-EXTRA = 4
+# example that costs at most this many tests more than a plain bisection's worst case, the last
+# good commit's last pass included, which is also the drift check at the end (the drift re-runs
+# that come on top when it is not are left out by `searched`).
+EXTRA = 3
 
 
 def searched(tester: SpecTester) -> list[tuple[Level, str, str | None]]:
@@ -128,6 +128,29 @@ def test_a_pypto_regression_is_found_in_at_most_log2_tests_plus_the_endpoints(sa
     assert outcome.simpler is None
     assert outcome.notes == []
     assert len(searched(tester)) <= math.ceil(math.log2(8)) + 2 + EXTRA
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"bumps": ((4, 6),), "pypto_regression_at": 6},
+        {"bumps": ((4, 7),), "simpler_regression_at": 4},
+        {"bumps": ((4, 6),), "code_with_bump": frozenset({4}), "simpler_regression_at": 3},
+    ],
+    ids=["pypto", "pointer-bump", "code-bump"],
+)
+def test_a_deterministic_session_costs_at_most_three_tests_more_than_its_plain_run(
+    sample_factory, extra
+):
+    """Every attempt counted, drift checks included, against `--repeat 1` on the same history."""
+    sample = sample_factory(SampleSpec(**SMALL, **extra))
+
+    plain, plain_tester = bisect(sample, repeat=1)
+    default, tester = bisect(sample)
+
+    assert default.simpler_culprit == plain.simpler_culprit
+    assert default.pypto.first_bad == plain.pypto.first_bad
+    assert len(tester.attempts) <= len(plain_tester.attempts) + 3
 
 
 def test_a_simpler_regression_inside_a_forward_bump_descends_with_pypto_at_the_culprit(
