@@ -116,6 +116,7 @@ class SharedBuild:
     """
 
     def __init__(self, build: Future[WheelResult]) -> None:
+        self.build = build  # the one build: its owner sets the result
         self._lock = threading.Lock()
         self._waiters: list[tuple[Future[WheelResult], bool]] = []
         self._settled = False
@@ -133,7 +134,6 @@ class SharedBuild:
     def _settle(self, build: Future[WheelResult]) -> None:
         with self._lock:
             self._settled = True
-            self._build = build
             waiters, self._waiters = self._waiters, []
         needed = [f for f, speculative in waiters if not speculative]
         owner = needed[0] if needed else waiters[0][0] if waiters else None
@@ -141,7 +141,7 @@ class SharedBuild:
             self._resolve(future, owner=future is owner)
 
     def _resolve(self, future: Future[WheelResult], *, owner: bool) -> None:
-        build = self._build
+        build = self.build
         if build.cancelled():
             future.set_exception(Cancelled("the build was cancelled"))
         elif (exc := build.exception()) is not None:
@@ -293,7 +293,6 @@ class _Queued:
     order: int
     job: BuildJob = field(compare=False)
     key: str = field(compare=False)
-    future: Future[WheelResult] = field(compare=False)
     shared: SharedBuild = field(compare=False)
     cancel: threading.Event = field(compare=False, default_factory=threading.Event)
     started: bool = field(compare=False, default=False)
@@ -379,8 +378,7 @@ class LocalExecutor(Executor):
                 if not job.speculative:
                     queued.job.speculative = False
                 return queued.shared.attach(speculative=job.speculative)
-            build: Future[WheelResult] = Future()
-            queued = _Queued(priority, next(self._order), job, key, build, SharedBuild(build))
+            queued = _Queued(priority, next(self._order), job, key, SharedBuild(Future()))
             self._by_key[key] = queued
             heapq.heappush(self._queue, queued)
             self._wake.notify_all()
@@ -431,7 +429,7 @@ class LocalExecutor(Executor):
             heapq.heapify(self._queue)
             self._wake.notify_all()
         for queued in waiting:
-            queued.future.set_exception(Cancelled("no longer a likely next test"))
+            queued.shared.build.set_exception(Cancelled("no longer a likely next test"))
 
     def close(self, *, cancel: bool) -> None:
         with self._lock:
@@ -448,7 +446,7 @@ class LocalExecutor(Executor):
             self._wake.notify_all()
         for queued in dropped:
             self._by_key.pop(queued.key, None)
-            queued.future.set_exception(Cancelled("the session stopped before this build"))
+            queued.shared.build.set_exception(Cancelled("the session stopped before this build"))
         if cancel:
             self._stop.set()
         self._pool.close()
@@ -485,9 +483,9 @@ class LocalExecutor(Executor):
                     speculative=queued.job.speculative,
                 )
             except BaseException as exc:
-                queued.future.set_exception(exc)
+                queued.shared.build.set_exception(exc)
             else:
-                queued.future.set_result(result)
+                queued.shared.build.set_result(result)
             finally:
                 with self._lock:
                     self._running -= 1

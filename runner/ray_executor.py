@@ -334,8 +334,7 @@ class RayExecutor(Executor):
         self._owns = owns_connection
         self._starved_s = starved_s
         self._lock = threading.Lock()
-        self._builds: dict[str, Future[WheelResult]] = {}
-        self._shared: dict[str, SharedBuild] = {}
+        self._builds: dict[str, SharedBuild] = {}
         self._speculative: dict[str, bool] = {}
         self._tasks: dict[Any, str | None] = {}  # in-flight ObjectRef -> build key (None: run)
         self._refs: dict[str, list[Any]] = {}  # driver path -> [ObjectRef]
@@ -418,7 +417,7 @@ class RayExecutor(Executor):
 
     def busy_builds(self) -> int:
         with self._lock:
-            return sum(1 for f in self._builds.values() if not f.done())
+            return sum(1 for b in self._builds.values() if not b.build.done())
 
     def build(self, job: BuildJob) -> Future[WheelResult]:
         key = self.cache.key(
@@ -427,16 +426,14 @@ class RayExecutor(Executor):
         with self._lock:
             if self._closed:
                 return _failed(Cancelled("the session is stopping"))
-            future = self._builds.get(key)
-            if future is not None and not future.done():
-                if not job.speculative:
-                    self._speculative[key] = False
-                return self._shared[key].attach(speculative=job.speculative)
-            future = self._threads.submit(self._build, job, key)
-            self._builds[key] = future
-            self._shared[key] = SharedBuild(future)
-            self._speculative[key] = job.speculative
-            return self._shared[key].attach(speculative=job.speculative)
+            shared = self._builds.get(key)
+            if shared is None or shared.build.done():
+                shared = SharedBuild(self._threads.submit(self._build, job, key))
+                self._builds[key] = shared
+                self._speculative[key] = job.speculative
+            elif not job.speculative:
+                self._speculative[key] = False
+            return shared.attach(speculative=job.speculative)
 
     def run(self, job: RunJob) -> Future[RunReport]:
         with self._lock:
