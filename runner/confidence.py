@@ -203,6 +203,12 @@ def belief(
     )
 
 
+def bisection_steps(count: int) -> int:
+    """Steps plain bisection takes at worst to find the first bad of ``count`` candidates whose
+    ends are known (the endpoints not counted): ceil(log2(count - 1))."""
+    return math.ceil(math.log2(max(count - 1, 1)))
+
+
 def default_budget(count: int) -> int:
     """How many attempts one level may take before it gives up as low confidence.
 
@@ -363,16 +369,17 @@ def _unreplicated(
             continue
         sides.append((index, t.bad if verdict == "bad" else t.good))
     want = {index: max(shown, REPLICATE) for index, shown in sides}
-    if sides and sides[-1][0] == first - 1:
+    good_side = first - 1 in want  # else the last good commit is the known-good end
+    if good_side:
         total = REPLICATE + good_times if len(sides) == 2 else good_times
         want[first - 1] += max(0, total - sum(want.values()))
     # What plain bisection's worst case and the allowance leave after these runs buys each side
     # (the first bad commit first) up to one run more than `REPLICATE`.
     if plain is None:
-        plain = 2 + math.ceil(math.log2(max(count - 1, 1)))
+        plain = 2 + bisection_steps(count)
     runs = sum(t.runs for t in tallies.values())
     left = plain + ALLOWANCE - runs - sum(want[index] - shown for index, shown in sides)
-    if good_times > REPLICATE and not (sides and sides[-1][0] == first - 1):
+    if good_times > REPLICATE and not good_side:
         left -= 1  # the drift check re-runs the known-good end: the last good commit is that end
     for index, _shown in sides:
         more = max(0, min(REPLICATE + 1 - want[index], left))

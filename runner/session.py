@@ -24,6 +24,7 @@ from runner.confidence import (
     FlakePrior,
     LowConfidence,
     belief,
+    bisection_steps,
     boundary_runs,
     decide,
     endpoint_check,
@@ -893,9 +894,7 @@ class Session:
         # Not its second level's good end or the split's halves: plain bisection runs them, but
         # a plain run is often a step or two short of its worst case, and a default session
         # should stay within 3 tests of the plain run of the same history too.
-        plain = 2 + math.ceil(math.log2(len(first.candidates) - 1))
-        if len(states) > 2:
-            plain += math.ceil(math.log2(len(states) - 1))
+        plain = 2 + bisection_steps(len(first.candidates)) + bisection_steps(len(states))
         chain = LevelResult(
             "simpler",
             labels,
