@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from rich.console import Console
@@ -14,12 +15,25 @@ from runner.verdict import clean_output
 
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
 
+# Where there is no live status line (a CI log, a file), the status is printed after this many
+# seconds without a line: a cold pypto wheel takes minutes, and a silent log looks hung (some CI
+# systems stop a job that prints nothing for ten minutes).
+HEARTBEAT_S = 60.0
+
 
 class ConsoleProgress:
-    """Session events rendered with rich; one live status line plus a line per finished step."""
+    """Session events rendered with rich; one live status line plus a line per finished step.
 
-    def __init__(self, console: Console) -> None:
+    Without a terminal the live line is not drawn; the status is printed instead whenever
+    `heartbeat` seconds pass without a line.
+    """
+
+    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_S) -> None:
         self.console = console
+        self.heartbeat = heartbeat
+        self.printed = time.monotonic()
+        self._stop = threading.Event()
+        self._beats: threading.Thread | None = None
         self.subject = ""
         self.level: Level = "pypto"
         self.done = 0
@@ -34,16 +48,31 @@ class ConsoleProgress:
     def __enter__(self) -> ConsoleProgress:
         if self.console.is_terminal:
             self.live.start()
+        elif self.heartbeat > 0:
+            self._beats = threading.Thread(target=self._beat, name="progress", daemon=True)
+            self._beats.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._beats is not None:
+            self._beats.join()
         self.live.stop()
+
+    def _print(self, line: str | Text, highlight: bool | None = None) -> None:
+        self.printed = time.monotonic()
+        self.console.print(line, highlight=highlight)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(max(self.heartbeat - (time.monotonic() - self.printed), 0.0)):
+            if time.monotonic() - self.printed >= self.heartbeat:
+                self._print(Text(f"  ... {_Status(self).__rich__().plain}", style="cyan"))
 
     def level_started(self, level: Level, count: int, note: str) -> None:
         self.level, self.done, self.left = level, 0, 1
         self.commit, self.simpler, self.subject = "", None, ""
         self.phase("starting")
-        self.console.print(f"[bold]{level} level[/bold]: {count} candidates ({note})")
+        self._print(f"[bold]{level} level[/bold]: {count} candidates ({note})")
 
     def step_started(
         self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
@@ -68,18 +97,18 @@ class ConsoleProgress:
             else f"build {attempt.build_s:.1f}s run {attempt.run_s:.1f}s"
         )
         reason = f" - {attempt.reason}" if attempt.reason else ""
-        self.console.print(
+        self._print(
             f"  [{style}]{verdict:4}[/{style}] {attempt.level:7} {where} "
             + escape(f"{subject[:50]} ({origin}){reason}"),
             highlight=False,
         )
 
     def note(self, text: str) -> None:
-        self.console.print(escape(text))
+        self._print(escape(text))
 
     def echo(self, line: str) -> None:
         """A build or run log line (--verbose), without the colour codes tools put in logs."""
-        self.console.print(Text(clean_output(line).rstrip("\n"), style="dim"))
+        self._print(Text(clean_output(line).rstrip("\n"), style="dim"))
 
 
 class _Status:

@@ -1,0 +1,53 @@
+"""The progress output: where no live line is drawn (a CI log), a long silence prints the status."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from rich.console import Console
+
+from runner.progress import ConsoleProgress
+
+
+def _console(terminal: bool) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=terminal, width=200, color_system=None), out
+
+
+def _beats(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("  ... ")]
+
+
+def test_a_silent_log_gets_the_status_while_a_long_phase_lasts() -> None:
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=0.2) as progress:
+        progress.level_started("pypto", 12, "pypto first-parent commits")
+        progress.step_started("pypto", 2, 3, "fcd0203f9ff66ce0", None, "docs: a subject")
+        progress.phase("build pypto fcd0203f9ff6")
+        time.sleep(0.9)
+    beats = _beats(out.getvalue())
+    assert 2 <= len(beats) <= 5, out.getvalue()
+    assert "pypto step 3/~5 · fcd0203f9ff6 · build pypto fcd0203f9ff6" in beats[0]
+    assert beats[0].endswith("docs: a subject")
+    settled = len(out.getvalue())
+    time.sleep(0.4)
+    assert len(out.getvalue()) == settled, "nothing is printed once the progress is closed"
+
+
+def test_a_log_that_keeps_printing_gets_no_status_lines() -> None:
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=0.3) as progress:
+        for number in range(10):
+            progress.note(f"line {number}")
+            time.sleep(0.1)
+    assert _beats(out.getvalue()) == []
+    assert out.getvalue().count("line ") == 10
+
+
+def test_a_terminal_has_the_live_line_instead() -> None:
+    console, out = _console(terminal=True)
+    with ConsoleProgress(console, heartbeat=0.1) as progress:
+        progress.phase("run")
+        time.sleep(0.35)
+    assert _beats(out.getvalue()) == []
