@@ -97,8 +97,12 @@ def extra_repos(settings: Settings) -> dict[str, Path]:
     """--simpler and --submodule-source: other clones whose objects complement a submodule's."""
     repos: dict[str, Path] = {}
     for path, clone in settings.submodule_repos().items():
-        flag = "--simpler" if clone == settings.simpler else f"--submodule-source {path}="
-        repos[path] = _directory(clone, flag, f"a clone of the {path} submodule")
+        if clone == settings.simpler:
+            repos[path] = _directory(clone, "--simpler", f"a clone of the {path} submodule")
+        elif not clone.expanduser().is_dir():
+            raise BadInput(f"--submodule-source {path}={clone}: no such directory")
+        else:
+            repos[path] = clone.expanduser().resolve()
         History(repos[path])  # refuses a directory that is not a git repository
     return repos
 

@@ -59,6 +59,20 @@ def test_bad_flags_get_one_line_and_exit_2(sample, tmp_path, flag, value, fragme
     assert_one_line_error(cli(*args_with(sample, tmp_path, **{flag: value})), 2, fragment)
 
 
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--simpler", "/no/such/clone"], "--simpler /no/such/clone: no such directory"),
+        (
+            ["--submodule-source", "runtime=/no/such/clone"],
+            "--submodule-source runtime=/no/such/clone: no such directory",
+        ),
+    ],
+)
+def test_a_missing_submodule_clone_is_named_as_given(sample, tmp_path, extra, fragment):
+    assert_one_line_error(cli(*args_with(sample, tmp_path), *extra), 2, fragment)
+
+
 def test_good_equal_to_bad_is_refused(sample, tmp_path):
     args = args_with(sample, tmp_path, good=sample.pypto_shas[-1])
     assert_one_line_error(cli(*args), 2, "same commit")
