@@ -613,7 +613,7 @@ class Provisioner:
 
     def _builder(self, resolution: Resolution, where: str) -> Builder:
         cached = self._builders.get(resolution.key())
-        if cached is not None and find_builder(self.client, cached.key) == cached.image_id:
+        if cached is not None and image_present(self.client, cached.image_id):
             return cached  # still in the engine: someone may have pruned it meanwhile
         wheels_dir = self.download(resolution, where)
         names = tuple(sorted(p.name for p in wheels_dir.glob("*.whl")))
@@ -751,6 +751,18 @@ def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
         raise InfrastructureError(
             f"the Docker Engine failed to list builder images: {exc}"
         ) from exc
+
+
+def image_present(client: docker.DockerClient, image_id: str) -> bool:
+    """Whether the engine still holds this image: one inspect, where a listing by label costs
+    a scan of every image in the engine (tens of milliseconds each on a busy host)."""
+    try:
+        client.api.inspect_image(image_id)
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(f"the Docker Engine failed to inspect {image_id}: {exc}") from exc
+    return True
 
 
 def find_builder(client: docker.DockerClient, key: str) -> str | None:

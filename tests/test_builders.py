@@ -8,6 +8,7 @@ and ccache in builder images made from the compiler-only base image.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.server
 import json
 import os
@@ -25,6 +26,8 @@ from runner.builders import (
     PackageSources,
     Provisioner,
     build_requires,
+    find_builder,
+    image_present,
     resolve,
 )
 from runner.config import BuildPin
@@ -449,3 +452,49 @@ def test_markers_are_judged_for_the_images_python_not_the_hosts(wheelhouse: Path
 
     assert pins("3.10") == ("ninja==1.13.2", "packaging==26.4")
     assert pins("3.12") == ("ninja==1.13.2",)
+
+
+@pytest.mark.docker
+def test_a_builder_removed_from_the_engine_is_made_again(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    # A base of its own, so the builder is this test's alone (builders are keyed by base).
+    created = docker_client.api.create_container(base_image, command=["true"])
+    try:
+        # Tagged: removing the builder would take an untagged parent with it.
+        base_id = docker_client.api.commit(
+            created["Id"],
+            repository="bisect-precision-test/prune-base",
+            tag=hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12],
+            conf={"Labels": {"bisect-precision-test.prune": "1"}},
+        )["Id"]
+    finally:
+        docker_client.api.remove_container(created["Id"])
+    provisioner = Provisioner(
+        docker_client,
+        base_image_id=base_id,
+        cache_root=tmp_path,
+        sources=PackageSources(wheelhouse=wheelhouse),
+    )
+    pyproject = '[build-system]\nrequires = ["setuptools"]\n'
+    resolution = provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+    made: list[str] = []
+    try:
+        first = provisioner.builder(resolution, "x")
+        made.append(first.image_id)
+        assert first.built
+        remembered = provisioner.builder(resolution, "x")
+        assert remembered.image_id == first.image_id and remembered.built
+        assert image_present(docker_client, first.image_id)
+
+        docker_client.images.remove(first.image_id, force=True)
+        assert not image_present(docker_client, first.image_id)
+
+        again = provisioner.builder(resolution, "x")
+        made.append(again.image_id)
+        assert again.image_id != first.image_id and again.built
+        assert find_builder(docker_client, again.key) == again.image_id
+    finally:
+        for image_id in [*made, base_id]:
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.images.remove(image_id, force=True)
