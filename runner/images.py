@@ -122,8 +122,26 @@ def image_labels(
     }
 
 
-def find_test_image(client: docker.DockerClient, labels: Mapping[str, str]) -> str | None:
-    """The id of an existing image carrying all these labels, if any."""
+def find_test_image(
+    client: docker.DockerClient, labels: Mapping[str, str], tag: str | None = None
+) -> str | None:
+    """The id of an existing image carrying all these labels, if any.
+
+    With `tag`, the name such an image is made under: the image it names is checked first (one
+    inspect, where a listing by label scans every image in the engine). When the tag is missing
+    nothing is listed, since an equal image would carry it; when it names another image (one
+    made from other wheels of the same commits), the labels are searched.
+    """
+    if tag is not None:
+        try:
+            named = client.api.inspect_image(tag)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.DockerException as exc:
+            raise InfrastructureError(f"cannot inspect image {tag}: {exc}") from exc
+        found = (named.get("Config") or {}).get("Labels") or {}
+        if all(found.get(name) == value for name, value in labels.items()):
+            return str(named["Id"])
     filters = {"label": [f"{name}={value}" for name, value in labels.items()]}
     try:
         found = client.images.list(filters=filters)
@@ -226,7 +244,7 @@ def ensure_test_image(
         order = [*order, simpler] if pypto_first else [simpler, *order]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with _TURNS.turn(speculative), _KEYS.hold(tag):
-        existing = find_test_image(client, labels)
+        existing = find_test_image(client, labels, tag)
         if existing is not None:
             _ensure_tag(client, existing, tag)
             with log_path.open("a") as handle:
@@ -367,7 +385,7 @@ class _Layering:
         tag = f"{LAYER_REPOSITORY}:{package}-{digest[:12]}-{self.base.image_id[7:19]}"
         with _KEYS.hold(tag):
             # Test images made on it inherit these labels but say kind=test-image.
-            existing = find_test_image(self.client, labels)
+            existing = find_test_image(self.client, labels, tag)
             if existing is not None:
                 with self.log_path.open("a") as handle:
                     handle.write(f"reusing layer {tag} ({existing})\n")

@@ -23,6 +23,7 @@ from runner.images import (
     TestImage,
     WheelInstallFailed,
     ensure_test_image,
+    find_test_image,
     image_tag,
     recipe_digest,
 )
@@ -92,7 +93,15 @@ def wheels(
 def remove_test_images(docker_client: docker.DockerClient) -> Iterator[None]:
     """Images are labelled with the pypto SHA; every SHA of this module starts with RUN."""
     yield
-    names = ("pypto_1", "pypto_2", "pypto_alone", "broken", "parallel-pypto_1", "parallel-pypto_2")
+    names = (
+        "pypto_1",
+        "pypto_2",
+        "pypto_alone",
+        "broken",
+        "parallel-pypto_1",
+        "parallel-pypto_2",
+        "retagged",
+    )
     for name in names:
         for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha(name)}"}):
             docker_client.images.remove(image.id, force=True)
@@ -285,6 +294,43 @@ def entrypoint_base(docker_client: docker.DockerClient, base_image: str) -> str:
         labels={LABEL: "1", f"{LABEL}.test-run": RUN},
     )
     return image.id
+
+
+@pytest.mark.docker
+def test_an_image_is_found_by_its_tag_and_after_its_tag_moved_by_its_labels(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    def ensure(pypto_wheel: Path) -> TestImage:
+        return ensure_test_image(
+            docker_client,
+            base_image=base_image,
+            base_image_id=base_image_id,
+            pypto_sha=sha("retagged"),
+            pypto_wheel=pypto_wheel,
+            simpler_sha=sha("simpler"),
+            simpler_wheel=wheels.simpler,
+            log_path=tmp_path / "image.log",
+        )
+
+    first = ensure(wheels.pypto_1)
+    assert find_test_image(docker_client, {f"{LABEL}.pypto": sha("retagged")}, first.tag) == (
+        first.image_id
+    )
+    # The same commits with a wheel built again (other contents): a new image takes the tag.
+    rebuilt = ensure(wheels.pypto_2)
+    assert not rebuilt.reused and rebuilt.image_id != first.image_id
+    assert docker_client.images.get(first.tag).id == rebuilt.image_id
+    # The first wheel again: its image is found by its labels and gets the tag back.
+    again = ensure(wheels.pypto_1)
+    assert again.reused and again.image_id == first.image_id
+    assert docker_client.images.get(first.tag).id == first.image_id
+    # No image under the tag: nothing is listed, since an equal image would carry it.
+    assert find_test_image(docker_client, {LABEL: "1"}, f"{first.tag}-none") is None
+    assert find_test_image(docker_client, {f"{LABEL}.pypto": sha("retagged")}) is not None
 
 
 @pytest.mark.docker
