@@ -14,10 +14,12 @@ the report with the attempts on each side.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,18 +163,37 @@ def host_facts() -> dict[str, str]:
         facts["driver"] = _version_text([line.strip() for line in lines if line.strip()])
     except OSError:
         facts["driver"] = "absent"
+    facts["npu_smi"] = _npu_smi(facts["driver"])
+    return facts
+
+
+_SMI_SUMMARIES: dict[tuple[str, float, str], str] = {}
+_SMI_LOCK = threading.Lock()
+
+
+def _npu_smi(driver: str) -> str:
+    """The version lines of `npu-smi info`, asked once per driver version and npu-smi binary:
+    they follow the driver, and the tool queries every card, which takes a good part of a
+    second on a busy host, every attempt. A failed call is asked again next time."""
     smi = next((path for name in NPU_SMI if (path := shutil.which(name))), None)
-    facts["npu_smi"] = "absent"
-    if smi is not None:
+    if smi is None:
+        return "absent"
+    try:
+        key = (smi, os.stat(smi).st_mtime, driver)
+    except OSError:
+        return "absent"
+    with _SMI_LOCK:
+        if key in _SMI_SUMMARIES:
+            return _SMI_SUMMARIES[key]
         try:
             out = subprocess.run(
                 [smi, "info"], capture_output=True, text=True, timeout=20, check=False
             ).stdout
-            summary = [line.strip() for line in out.splitlines() if "Version" in line]
-            facts["npu_smi"] = " ".join(summary)[:200] or "no version line"
         except (OSError, subprocess.SubprocessError):
-            facts["npu_smi"] = "failed"
-    return facts
+            return "failed"
+        summary = [line.strip() for line in out.splitlines() if "Version" in line]
+        _SMI_SUMMARIES[key] = " ".join(summary)[:200] or "no version line"
+        return _SMI_SUMMARIES[key]
 
 
 def _version_text(lines: list[str]) -> str:

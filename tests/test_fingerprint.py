@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
-from runner.fingerprint import changes, describe, parse_probe
+from runner import fingerprint
+from runner.fingerprint import changes, describe, host_facts, parse_probe
 from runner.ledger import Attempt
 from runner.search import Verdict
 
@@ -55,3 +57,43 @@ def test_the_probe_output_gives_a_freeze_digest_and_the_cann_version():
     other = parse_probe(output.replace("2.3.0", "2.4.0"))
     assert other["pip_freeze"] != facts["pip_freeze"]
     assert parse_probe("numpy==1.26.4\n@@bisect-precision-cann@@\n")["cann"] == "absent"
+
+
+def test_npu_smi_is_asked_once_per_driver_version(tmp_path, monkeypatch):
+    # A stand-in npu-smi (there is no NPU here) that counts its calls.
+    calls = tmp_path / "calls"
+    smi = tmp_path / "bin" / "npu-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        f"#!/bin/sh\necho x >> {calls}\n"
+        "echo '| npu-smi 24.1.rc2                 Version: 24.1.rc2 |'\necho '| 0  910B4 | OK |'\n"
+    )
+    smi.chmod(0o755)
+    driver = tmp_path / "version.info"
+    driver.write_text("Version=24.1.rc2\n")
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(fingerprint, "DRIVER_VERSION", driver)
+
+    first = [host_facts() for _ in range(3)]
+    assert calls.read_text().count("x") == 1
+    assert first[0] == first[2]
+    assert first[0]["driver"] == "Version=24.1.rc2"
+    assert first[0]["npu_smi"] == "| npu-smi 24.1.rc2                 Version: 24.1.rc2 |"
+
+    driver.write_text("Version=25.0.rc1\n")  # a driver upgrade mid-session is asked again
+    upgraded = host_facts()
+    assert calls.read_text().count("x") == 2
+    assert upgraded["driver"] == "Version=25.0.rc1"
+
+
+def test_a_failing_npu_smi_is_asked_again(tmp_path, monkeypatch):
+    smi = tmp_path / "npu-smi"
+    smi.write_bytes(b"\x7fnot a program")  # executable, but exec fails: OSError
+    smi.chmod(0o755)
+    stamp = smi.stat().st_mtime
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(fingerprint, "DRIVER_VERSION", tmp_path / "no-driver")
+    assert host_facts()["npu_smi"] == "failed"
+    smi.write_text("#!/bin/sh\necho 'Version: 24.1'\n")
+    os.utime(smi, (stamp, stamp))  # the same binary as far as the cache key goes
+    assert host_facts()["npu_smi"] == "Version: 24.1"
