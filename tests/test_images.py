@@ -114,6 +114,29 @@ def remove_test_images(docker_client: docker.DockerClient) -> Iterator[None]:
         docker_client.images.remove(image.id, force=True)
 
 
+def pair_image(
+    client: docker.DockerClient,
+    base: tuple[str, str],
+    pypto: tuple[str, Path],
+    simpler: tuple[str, Path],
+    log_path: Path,
+    **options: bool,
+) -> TestImage:
+    """The test image of this run's commits `pypto` and `simpler` (names given to `sha`) with
+    these wheels, on `base` (the image's name and id)."""
+    return ensure_test_image(
+        client,
+        base_image=base[0],
+        base_image_id=base[1],
+        pypto_sha=sha(pypto[0]),
+        pypto_wheel=pypto[1],
+        simpler_sha=sha(simpler[0]),
+        simpler_wheel=simpler[1],
+        log_path=log_path,
+        **options,
+    )
+
+
 def run_in(client: docker.DockerClient, image: str, code: str, log_path: Path) -> str:
     result = run_container(
         client, ContainerSpec(image=image, command=["python3", "-c", code]), log_path=log_path
@@ -131,15 +154,12 @@ def test_a_test_image_holds_both_wheels_and_says_so_in_its_labels(
     tmp_path: Path,
 ) -> None:
     def ensure() -> TestImage:
-        return ensure_test_image(
+        return pair_image(
             docker_client,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=sha("pypto_1"),
-            pypto_wheel=wheels.pypto_1,
-            simpler_sha=sha("simpler"),
-            simpler_wheel=wheels.simpler,
-            log_path=tmp_path / "image.log",
+            (base_image, base_image_id),
+            ("pypto_1", wheels.pypto_1),
+            ("simpler", wheels.simpler),
+            tmp_path / "image.log",
         )
 
     built = ensure()
@@ -215,18 +235,15 @@ def test_two_images_share_the_layer_of_the_wheel_they_have_in_common(
         pairs = [(("pypto_alone", wheels.pypto_alone), ("simpler", wheels.simpler))]
         pairs.append((("pypto_alone", wheels.pypto_alone), ("simpler_2", wheels.simpler_2)))
     images = [
-        ensure_test_image(
+        pair_image(
             docker_client,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=sha(pypto),
-            pypto_wheel=pypto_wheel,
-            simpler_sha=sha(simpler),
-            simpler_wheel=simpler_wheel,
-            log_path=tmp_path / f"{n}.log",
+            (base_image, base_image_id),
+            pypto,
+            simpler,
+            tmp_path / f"{n}.log",
             pypto_first=pypto_first,
         )
-        for n, ((pypto, pypto_wheel), (simpler, simpler_wheel)) in enumerate(pairs)
+        for n, (pypto, simpler) in enumerate(pairs)
     ]
 
     base_layers = docker_client.images.get(base_image_id).attrs["RootFS"]["Layers"]
@@ -305,15 +322,12 @@ def test_an_image_is_found_by_its_tag_and_after_its_tag_moved_by_its_labels(
     tmp_path: Path,
 ) -> None:
     def ensure(pypto_wheel: Path) -> TestImage:
-        return ensure_test_image(
+        return pair_image(
             docker_client,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=sha("retagged"),
-            pypto_wheel=pypto_wheel,
-            simpler_sha=sha("simpler"),
-            simpler_wheel=wheels.simpler,
-            log_path=tmp_path / "image.log",
+            (base_image, base_image_id),
+            ("retagged", pypto_wheel),
+            ("simpler", wheels.simpler),
+            tmp_path / "image.log",
         )
 
     first = ensure(wheels.pypto_1)
@@ -340,15 +354,12 @@ def test_the_base_images_entrypoint_still_wraps_the_command(
     wheels: Wheels,
     tmp_path: Path,
 ) -> None:
-    image = ensure_test_image(
+    image = pair_image(
         docker_client,
-        base_image=ENTRYPOINT_BASE,
-        base_image_id=entrypoint_base,
-        pypto_sha=sha("pypto_1"),
-        pypto_wheel=wheels.pypto_1,
-        simpler_sha=sha("simpler"),
-        simpler_wheel=wheels.simpler,
-        log_path=tmp_path / "image.log",
+        (ENTRYPOINT_BASE, entrypoint_base),
+        ("pypto_1", wheels.pypto_1),
+        ("simpler", wheels.simpler),
+        tmp_path / "image.log",
     )
 
     config = docker_client.images.get(image.image_id).attrs["Config"]
@@ -373,15 +384,12 @@ def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
     broken.write_bytes(wheels.pypto_1.read_bytes()[:200])
 
     with pytest.raises(WheelInstallFailed, match="wheel itself is broken") as raised:
-        ensure_test_image(
+        pair_image(
             docker_client,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=sha("broken"),
-            pypto_wheel=broken,
-            simpler_sha=sha("simpler"),
-            simpler_wheel=wheels.simpler,
-            log_path=tmp_path / "image.log",
+            (base_image, base_image_id),
+            ("broken", broken),
+            ("simpler", wheels.simpler),
+            tmp_path / "image.log",
         )
 
     assert (raised.value.package, raised.value.commit) == ("pypto", sha("broken"))
@@ -408,15 +416,12 @@ def test_images_are_made_in_parallel_and_share_one_layer(
     def make(n: int) -> TestImage:
         name, wheel = pairs[n]
         barrier.wait()
-        return ensure_test_image(
+        return pair_image(
             docker_client,
-            base_image=base_image,
-            base_image_id=base_image_id,
-            pypto_sha=sha(f"parallel-{name}"),
-            pypto_wheel=wheel,
-            simpler_sha=sha("simpler_2"),
-            simpler_wheel=wheels.simpler_2,
-            log_path=tmp_path / f"{n}.log",
+            (base_image, base_image_id),
+            (f"parallel-{name}", wheel),
+            ("simpler_2", wheels.simpler_2),
+            tmp_path / f"{n}.log",
             speculative=n == 2,
         )
 
