@@ -53,12 +53,13 @@ class Prepared:
     tool_version: str = __version__
 
 
-def _directory(value: Path | None, flag: str, what: str) -> Path:
+def _directory(value: Path | None, flag: str, what: str, given: str | None = None) -> Path:
+    """`given`: the argument as the user wrote it, when not `flag value`."""
     if value is None:
         raise BadInput(f"{flag} is required: the path of {what}")
     path = value.expanduser().resolve()
     if not path.is_dir():
-        raise BadInput(f"{flag} {value}: no such directory")
+        raise BadInput(f"{given or f'{flag} {value}'}: no such directory")
     return path
 
 
@@ -97,12 +98,10 @@ def extra_repos(settings: Settings) -> dict[str, Path]:
     """--simpler and --submodule-source: other clones whose objects complement a submodule's."""
     repos: dict[str, Path] = {}
     for path, clone in settings.submodule_repos().items():
-        if clone == settings.simpler:
-            repos[path] = _directory(clone, "--simpler", f"a clone of the {path} submodule")
-        elif not clone.expanduser().is_dir():
-            raise BadInput(f"--submodule-source {path}={clone}: no such directory")
-        else:
-            repos[path] = clone.expanduser().resolve()
+        flag, given = "--simpler", None
+        if clone != settings.simpler:
+            flag, given = "--submodule-source", f"--submodule-source {path}={clone}"
+        repos[path] = _directory(clone, flag, f"a clone of the {path} submodule", given)
         History(repos[path])  # refuses a directory that is not a git repository
     return repos
 
