@@ -37,11 +37,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import docker.errors
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
-from runner.builders import Builder, find_builder
+from runner.builders import Builder, find_builder, image_present
 from runner.devices import DeviceMode, is_simulator, passthrough
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import Cancelled, connect, remove_stale_containers
@@ -183,13 +182,11 @@ def _local_copy(driver_path: str, ref: list[Any], shared: bool, kind: str) -> Pa
 
 
 def _require_image(client: Any, image_id: str, what: str) -> None:
-    try:
-        client.images.get(image_id)
-    except docker.errors.ImageNotFound:
+    if not image_present(client, image_id):
         raise InfrastructureError(
             f"Ray node {node_name()} lacks the {what} {image_id[:19]}: every node needs the same "
             "base image, by id (docker pull it by digest, or docker save / docker load it)"
-        ) from None
+        )
 
 
 def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:

@@ -17,7 +17,7 @@ from runner.devices import Passthrough
 from runner.errors import InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
 from runner.executor import BuildJob, RunJob
-from runner.ray_executor import NODE_DIR_ENV, NodeSettings, RayExecutor
+from runner.ray_executor import NODE_DIR_ENV, NodeSettings, RayExecutor, _require_image
 from runner.sample.histories import SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from runner.sources import SourceExporter
@@ -345,3 +345,9 @@ def test_a_run_no_live_node_can_take_fails_as_infrastructure_instead_of_waiting_
             executor.run(job).result(timeout=60)
     finally:
         executor.close(cancel=True)
+
+
+def test_a_node_without_the_sessions_base_image_says_how_to_bring_it(docker_client):
+    missing = "sha256:" + "0" * 64
+    with pytest.raises(InfrastructureError, match=r"lacks the base image sha256:000.*docker load"):
+        _require_image(docker_client, missing, "base image")
