@@ -463,7 +463,9 @@ class DockerTester:
                 self._job(
                     "simpler",
                     simpler,
-                    lambda dest: self.exporter.export_submodule(self.path, simpler, dest, at=pypto),
+                    lambda dest: self.exporter.export_submodule(
+                        self.path, simpler, dest, at=pypto, skip=self.omit
+                    ),
                     builders["simpler"],
                     speculative,
                 )

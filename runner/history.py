@@ -239,6 +239,12 @@ def pointer_states(
         return "forward", _forward(runner, old, new)
     if runner.succeeds("merge-base", "--is-ancestor", new, old):
         return "backward", _forward(runner, new, old)[::-1]
+    if runner.output("rev-parse", "--is-shallow-repository").strip() == "true":
+        raise SourceUnavailable(
+            f"the submodule history between {old[:12]} and {new[:12]} is cut off: the checkout "
+            "holds a shallow clone of it; fetch the rest there (`git fetch --unshallow` in the "
+            "submodule) or pass --simpler DIR with a full clone"
+        )
     try:
         base = runner.output("merge-base", old, new).strip()
     except GitFailed:

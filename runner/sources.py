@@ -14,6 +14,7 @@ user's. Gitlinks are then resolved through `.gitmodules` *at that commit* and ex
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -40,7 +41,8 @@ _NO_OVERRIDES: Mapping[str, str | None] = MappingProxyType({})
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What one export produced; `submodules` maps each materialised path to its exported sha."""
+    """What one export produced; `submodules` maps each materialised path (from the
+    superproject's root) to its exported sha."""
 
     commit: str
     dest: Path
@@ -190,9 +192,19 @@ class SourceExporter:
         return ExportResult(sha, dest, submodules, time.perf_counter() - started)
 
     def export_submodule(
-        self, path: str, commit: str, dest: Path, *, at: str | None = None
+        self,
+        path: str,
+        commit: str,
+        dest: Path,
+        *,
+        at: str | None = None,
+        skip: Collection[str] = (),
     ) -> ExportResult:
-        """Export the submodule at `path` standalone at `commit`, its own submodules included."""
+        """Export the submodule at `path` standalone at `commit`, its own submodules included.
+
+        Nested submodules keep their paths from the superproject (`runtime/third_party/x`), in
+        `skip`, in messages and in the result, as in `export`: one name for one place.
+        """
         started = time.perf_counter()
         path = _norm(path)
         at_sha = self._resolve_superproject_commit(at) if at else self._newest_with(path)
@@ -200,8 +212,9 @@ class SourceExporter:
         sha = self._resolve_in_mirror(repo, commit)
         dest = self._prepare_dest(dest)
         submodules: dict[str, str] = {}
+        skipped = {_norm(p) for p in skip}
         try:
-            self._materialise(repo, sha, dest, "", {}, set(), set(), submodules)
+            self._materialise(repo, sha, dest, f"{path}/", {}, skipped, set(), submodules)
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
@@ -328,8 +341,8 @@ class SourceExporter:
             url_dirs.extend(p for p in _local_url_paths(url, parent.url_bases) if _is_dir(p))
         locations = [g / "modules" / entry.name for g in parent.git_dirs]
         locations += worktrees + url_dirs
-        if not parent.names and _norm(entry.path) in self._extra:
-            locations.append(self._extra[_norm(entry.path)])
+        if display in self._extra:
+            locations.append(self._extra[display])
         # Last resort, after the stores named for this submodule: every other module store of the
         # parent, since a submodule renamed in .gitmodules keeps its objects under the old name.
         locations += [
@@ -401,6 +414,7 @@ class SourceExporter:
                     tmp = info / f"alternates.{os.getpid()}.tmp"
                     tmp.write_text("".join(f"{p}\n" for p in sorted(merged)))
                     os.replace(tmp, alternates)
+                self._mark_shallow(repo)
                 self._alternates[repo.mirror] = frozenset(merged)
         except Timeout as exc:
             raise InfrastructureError(
@@ -412,6 +426,40 @@ class SourceExporter:
                 f"cannot update the mirror cache {self._root}: {exc}; check disk space and "
                 "permissions of the cache directory"
             ) from exc
+
+    def _mark_shallow(self, repo: _Repo) -> None:
+        """Tell the mirror where a shallow clone of the user's cut the history off.
+
+        A commit fetched with --depth has parents no object store holds; the user's git knows
+        from its `shallow` file, the mirror (which borrows only the objects) would fail to read
+        the commit at all. The mirror lists the commits whose parents none of its sources has,
+        so a shallow pin still exports, while walking the history past it shows it as cut.
+        """
+        listed: set[str] = set()
+        for git_dir in repo.git_dirs:
+            shallow = objects_dir(git_dir).parent / "shallow"
+            with contextlib.suppress(OSError):
+                listed.update(line.strip() for line in shallow.read_text().splitlines())
+        cut = sorted(sha for sha in listed if sha and self._parents_missing(repo, sha))
+        target = repo.mirror / "shallow"
+        if not cut:
+            target.unlink(missing_ok=True)
+            return
+        tmp = repo.mirror / f"shallow.{os.getpid()}.tmp"
+        tmp.write_text("".join(f"{sha}\n" for sha in cut))
+        os.replace(tmp, target)
+
+    def _parents_missing(self, repo: _Repo, sha: str) -> bool:
+        """Whether `sha` is a commit here some of whose parents no source holds."""
+        shown = self._mirror_git(repo, "cat-file", "commit", sha)
+        if shown.returncode != 0:
+            return False
+        header = shown.stdout.split(b"\n\n", 1)[0].decode(errors="replace").splitlines()
+        parents = [line.split()[1] for line in header if line.startswith("parent ")]
+        return any(
+            self._mirror_git(repo, "cat-file", "-e", f"{parent}^{{commit}}").returncode != 0
+            for parent in parents
+        )
 
     def _mirror_git(self, repo: _Repo, *args: str, **env: str) -> CompletedProcess[bytes]:
         return run(["--git-dir", str(repo.mirror), *args], env={**MIRROR_ENV, **env})

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import BadInput, SourceUnavailable
+from runner.history import pointer_states
 from runner.sample.histories import (
     ISA_PATH,
     LIBBACKTRACE_PATH,
@@ -207,7 +208,7 @@ def test_export_submodule_standalone_for_every_simpler_commit(
         result = exporter.export_submodule(RUNTIME_PATH, sha, tmp_path / f"simpler-{index}")
         nested = assert_exported(result.dest, sample.mirrors["simpler"], sha)
         if index >= sample.spec.nested_submodule_at:
-            assert result.submodules == {ISA_PATH: nested[ISA_PATH]}
+            assert result.submodules == {NESTED_ISA: nested[ISA_PATH]}
             assert_exported(result.dest / ISA_PATH, sample.mirrors["isa"], nested[ISA_PATH])
         else:
             assert result.submodules == {}
@@ -307,6 +308,82 @@ def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
     assert result.submodules[RUNTIME_PATH] == unfetched
     assert (tmp_path / "out" / RUNTIME_PATH / "UNPUBLISHED").is_file()
     assert checkout_state(clone) == before
+
+
+def checkout_without_isa_objects(sample: Sample, tmp_path: Path) -> Path:
+    """A copy of the checkout that lost the nested isa submodule's objects."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(sample.pypto, copy, symlinks=True)
+    shutil.rmtree(copy / ".git" / "modules" / "simpler" / "modules")
+    shutil.rmtree(copy / NESTED_ISA, ignore_errors=True)
+    return copy
+
+
+def test_a_nested_submodule_is_named_omitted_and_sourced_by_its_path_from_the_top(
+    sample: Sample, tmp_path: Path
+) -> None:
+    checkout = checkout_without_isa_objects(sample, tmp_path)
+    simpler = sample.simpler_shas[-1]
+    exporter = SourceExporter(checkout, tmp_path / "cache")
+
+    # The standalone simpler export names the nested path as the pypto export does ...
+    for export in (
+        lambda: exporter.export("HEAD", tmp_path / "all"),
+        lambda: exporter.export_submodule(RUNTIME_PATH, simpler, tmp_path / "alone"),
+    ):
+        with pytest.raises(SourceUnavailable) as caught:
+            export()
+        assert caught.value.submodule == NESTED_ISA
+        assert f"--omit-submodule {NESTED_ISA} " in str(caught.value)
+
+    # ... so the path the message names omits it from both ...
+    alone = exporter.export_submodule(
+        RUNTIME_PATH, simpler, tmp_path / "omitted", skip=[NESTED_ISA]
+    )
+    assert alone.submodules == {}
+    assert list((alone.dest / ISA_PATH).iterdir()) == []
+    exporter.check("HEAD", skip=[NESTED_ISA])
+
+    # ... and another clone given for that path supplies its objects to both.
+    sourced = SourceExporter(checkout, tmp_path / "cache2", {NESTED_ISA: sample.mirrors["isa"]})
+    result = sourced.export_submodule(RUNTIME_PATH, simpler, tmp_path / "sourced")
+    assert set(result.submodules) == {NESTED_ISA}
+    assert_exported(result.dest / ISA_PATH, sample.mirrors["isa"], result.submodules[NESTED_ISA])
+    assert sourced.export("HEAD", tmp_path / "sourced-all").submodules[NESTED_ISA]
+
+
+def test_a_shallow_submodule_pin_exports_and_its_cut_history_says_so(
+    sample: Sample, tmp_path: Path
+) -> None:
+    # `git submodule update --depth 1` after a bump: the old pin's history, the new pin alone.
+    copy = tmp_path / "checkout"
+    shutil.copytree(sample.pypto, copy, symlinks=True)
+    module = copy / ".git" / "modules" / "simpler"
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    shutil.move(module / "modules", keep / "modules")
+    shutil.copy(module / "config", keep / "config")
+    shutil.rmtree(module)
+    git(tmp_path, "init", "-q", "--bare", str(module))
+    bump = max(sample.spec.bump_indices)  # the last one: HEAD pins its new pointer
+    old, new = sample.gitlink(bump - 1), sample.gitlink(bump)
+    upstream = f"file://{sample.mirrors['simpler']}"
+    git(module, "fetch", "-q", upstream, f"{old}:refs/heads/old")
+    git(module, "fetch", "-q", "--depth", "1", upstream, f"{new}:refs/heads/new")
+    shutil.copy(keep / "config", module / "config")
+    shutil.move(keep / "modules", module / "modules")
+    assert old != new and (module / "shallow").is_file()
+
+    exporter = SourceExporter(copy, tmp_path / "cache")
+    result = exporter.export("HEAD", tmp_path / "out")
+    assert result.submodules[RUNTIME_PATH] == new
+    with pytest.raises(SourceUnavailable, match=r"history between .* is cut off.*--unshallow"):
+        pointer_states(exporter.submodule_git_dir(RUNTIME_PATH), old, new)
+
+    # Another clone with the whole history completes it: the same move reads as a forward one.
+    whole = SourceExporter(copy, tmp_path / "cache2", {RUNTIME_PATH: sample.mirrors["simpler"]})
+    direction, states = pointer_states(whole.submodule_git_dir(RUNTIME_PATH), old, new)
+    assert direction == "forward" and states[0] == old and states[-1] == new and len(states) > 2
 
 
 def test_objects_kept_under_another_module_name_are_still_found(
