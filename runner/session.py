@@ -401,6 +401,7 @@ class Session:
         self.path = submodule_path
         self.verify = verify
         self.simpler_states = simpler_states
+        self._ranges: dict[tuple[str, str], tuple[str, list[str]] | BisectError] = {}
         self.merge_base = merge_base
         self.simpler_subject = simpler_subject
         self.events = events or QuietEvents()
@@ -672,9 +673,13 @@ class Session:
             result.belief = belief(count, result.observations, result.prior, result.weights)
             step = self._picks(result, result.observations)
             if isinstance(step, Descend):
-                result.found = step.index
-                result.descended = True
-                return
+                if self._range_readable(result.candidates[step.index]):
+                    result.found = step.index
+                    result.descended = True
+                    return
+                # No second level can check this boundary: this level confirms it itself.
+                result.descend = result.descend - {step.index}
+                continue
             if isinstance(step, Found):
                 result.found = step.index
                 return
@@ -1028,12 +1033,36 @@ class Session:
                 outcome.source = "inconclusive"
         return outcome
 
+    def _states(self, old: str, new: str) -> tuple[str, list[str]]:
+        """`simpler_states`, asked once per pointer move (a failure is kept too)."""
+        known = self._ranges.get((old, new))
+        if known is None:
+            try:
+                known = self.simpler_states(old, new)
+            except BisectError as exc:
+                known = exc
+            self._ranges[(old, new)] = known
+        if isinstance(known, BisectError):
+            raise known
+        return known
+
+    def _range_readable(self, commit: str) -> bool:
+        """Whether a second level could bisect inside this pointer move."""
+        change = self.history.classify(commit, self.path)
+        if change.old is None or change.new is None:
+            return True
+        try:
+            self._states(change.old, change.new)
+        except BisectError:
+            return False
+        return True
+
     def _simpler_range(self, outcome: Outcome, change: Change) -> list[str] | None:
         """The simpler states between the bump's pointers (direction and merge base noted on
         the outcome); None, with the reason noted, when they cannot be read."""
         assert change.old is not None and change.new is not None
         try:
-            direction, states = self.simpler_states(change.old, change.new)
+            direction, states = self._states(change.old, change.new)
         except BisectError as exc:
             # The pypto culprit stands; only the descent is impossible (objects missing locally).
             outcome.source = "inconclusive"
