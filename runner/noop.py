@@ -33,13 +33,16 @@ def wheel_content_digest(wheel: Path) -> str:
 def identical_build(
     culprit: Attempt | None, parent: Attempt | None, package: str, generated: str | None
 ) -> bool:
-    """Both attempts built ``package`` to the same files and generated the same code.
+    """Both attempts built ``package`` to the same files, every other wheel too, and generated
+    the same code.
 
-    ``generated`` is the triage status of the two runs' generated code ("identical" only counts);
-    without a recorded wheel content on either side there is no evidence, so False.
+    The other wheel counts: a culprit that only moves the runtime pointer builds the same pypto
+    wheel as its parent, but not the same simpler wheel. ``generated`` is the triage status of
+    the two runs' generated code ("identical" only counts); without a recorded wheel content on
+    either side there is no evidence, so False.
     """
     if culprit is None or parent is None or generated != "identical":
         return False
-    ours = culprit.wheel_contents.get(package)
-    theirs = parent.wheel_contents.get(package)
-    return ours is not None and ours == theirs
+    if package not in culprit.wheel_contents:
+        return False
+    return culprit.wheel_contents == parent.wheel_contents

@@ -32,15 +32,18 @@ def test_a_rebuild_with_other_timestamps_and_version_has_the_same_contents(tmp_p
     assert wheel_content_digest(one) != wheel_content_digest(changed)
 
 
-def attempt(contents: str | None) -> Attempt:
+def attempt(contents: str | None, simpler: str | None = None) -> Attempt:
     now = datetime.now(timezone.utc)
+    wheels = {"pypto": contents} if contents else {}
+    if simpler is not None:
+        wheels["simpler"] = simpler
     return Attempt(
         run_id=f"r{contents}",
         level="pypto",
         pypto_sha="b" * 40,
         simpler_sha=None,
         verdict=Verdict.BAD,
-        wheel_contents={"pypto": contents} if contents else {},
+        wheel_contents=wheels,
         started_at=now,
         finished_at=now,
     )
@@ -52,3 +55,9 @@ def test_only_equal_wheels_and_identical_generated_code_make_a_no_op():
     assert not identical_build(attempt("x"), attempt("y"), "pypto", "identical")
     assert not identical_build(attempt(None), attempt(None), "pypto", "identical")
     assert not identical_build(attempt("x"), None, "pypto", "identical")
+
+
+def test_a_pointer_bump_builds_the_same_pypto_but_not_the_same_pair():
+    assert identical_build(attempt("x", "s"), attempt("x", "s"), "pypto", "identical")
+    assert not identical_build(attempt("x", "new"), attempt("x", "old"), "pypto", "identical")
+    assert not identical_build(attempt("x", "s"), attempt("x"), "pypto", "identical")
