@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 
 from runner.builders import Builder
 from runner.devices import Passthrough
@@ -141,10 +142,41 @@ class DockerTester:
         """Tests one round can run: the device slots still in the pool."""
         return max(1, len(self.executor.slots))
 
-    def preflight(self, commits: Sequence[str], gitlinks: Mapping[str, str | None]) -> None:
-        """Resolve and download the build tools of the range before the first bisect step."""
+    def preflight(
+        self,
+        commits: Sequence[str],
+        gitlinks: Mapping[str, str | None],
+        endpoints: Mapping[str, str] = MappingProxyType({}),
+    ) -> None:
+        """Check that the endpoints (`which` -> commit) can be exported, then resolve and
+        download the build tools of the range, all before the first bisect step."""
+        for which, commit in endpoints.items():
+            try:
+                self._check_sources(commit, gitlinks.get(commit))
+            except SourceUnavailable as exc:
+                raise SourceUnavailable(
+                    f"the known-{which} commit {commit[:12]} cannot be exported: {exc}",
+                    submodule=exc.submodule,
+                ) from None
         if self.toolchains is not None:
             self.toolchains.plan(commits, gitlinks)
+
+    def exportable_again(self, skips: Sequence[Attempt]) -> list[str]:
+        """The run ids of skips for missing sources whose pair the checkout can export now."""
+        ready: list[str] = []
+        verdicts: dict[tuple[str, str | None], bool] = {}
+        for attempt in skips:
+            pair = (attempt.pypto_sha, attempt.simpler_sha)
+            if pair not in verdicts:
+                try:
+                    self._check_sources(*pair)
+                except SourceUnavailable:
+                    verdicts[pair] = False
+                else:
+                    verdicts[pair] = True
+            if verdicts[pair]:
+                ready.append(attempt.run_id)
+        return ready
 
     def close(self, *, cancel: bool) -> None:
         with self._ahead_cond:

@@ -566,8 +566,8 @@ def _print_summary(report: dict, md_path: Path) -> None:
     if report.get("split"):
         OUT.print(report["split"]["summary"])
     for note in report.get("notes", []):
-        if note.startswith(("the culprit's build is identical", "the environment drifted")):
-            OUT.print(f"warning: {note}")
+        warning = note.startswith(("the culprit's build is identical", "the environment drifted"))
+        OUT.print(f"{'warning' if warning else 'note'}: {note}")
     if report.get("triage"):
         OUT.print(f"triage: {report['triage']['summary']}")
     if report.get("reproduce"):

@@ -33,6 +33,10 @@ class LedgerError(BisectError):
     exit_code = 2
 
 
+SOURCE_UNAVAILABLE = "source unavailable"
+"""How the exporter's messages start, and so the reason of an attempt it refused."""
+
+
 class SourceUnavailable(BisectError):
     """A commit (or a submodule commit it pins) is not in any local object store.
 

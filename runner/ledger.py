@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from runner.errors import InfrastructureError, LedgerError
+from runner.errors import SOURCE_UNAVAILABLE, InfrastructureError, LedgerError
 from runner.search import Verdict
 
 LEDGER_SCHEMA_VERSION = 1
@@ -140,6 +140,9 @@ class LedgerDocument(_Strict):
     attempts: list[Attempt] = []
     invocations: list[Invocation] = []
     ahead: list[AheadBuild] = []  # builds made ahead of need (cache hits of later attempts)
+    # Attempts kept for the record but no longer counted: skips for sources the checkout lacked
+    # then and holds now (`Ledger.supersede`).
+    superseded: list[str] = []
 
     @property
     def wall_s(self) -> float | None:
@@ -159,18 +162,32 @@ class LedgerDocument(_Strict):
         return self
 
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
-        """The latest attempt for exactly this pair (``simpler_sha`` None = no runtime gitlink)."""
-        for attempt in reversed(self.attempts):
-            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha:
-                return attempt
-        return None
+        """The latest counted attempt for exactly this pair (``simpler_sha`` None = no runtime
+        gitlink)."""
+        found = self.find_all(pypto_sha, simpler_sha)
+        return found[-1] if found else None
 
     def find_all(self, pypto_sha: str, simpler_sha: str | None) -> list[Attempt]:
-        """Every attempt for exactly this pair, in recording order (a flaky example is re-run)."""
+        """Every counted attempt for exactly this pair, in recording order (a flaky example is
+        re-run); superseded ones are left out."""
+        dropped = set(self.superseded)
         return [
             attempt
             for attempt in self.attempts
-            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha
+            if attempt.pypto_sha == pypto_sha
+            and attempt.simpler_sha == simpler_sha
+            and attempt.run_id not in dropped
+        ]
+
+    def source_skips(self) -> list[Attempt]:
+        """Counted skips of pairs whose sources the checkout lacked when they were tried."""
+        dropped = set(self.superseded)
+        return [
+            a
+            for a in self.attempts
+            if a.verdict is Verdict.SKIP
+            and a.reason.startswith(SOURCE_UNAVAILABLE)
+            and a.run_id not in dropped
         ]
 
 
@@ -322,6 +339,20 @@ class Ledger:
         _atomic_write(self._path, _serialize(candidate))
         self._document = candidate
         return wall_s
+
+    def supersede(self, run_ids: Sequence[str]) -> None:
+        """Stop counting these attempts (they stay in the file): their pair is tested anew."""
+        self._require_open()
+        if not run_ids:
+            return
+        known = {a.run_id for a in self._document.attempts}
+        unknown = sorted(set(run_ids) - known)
+        if unknown:
+            raise LedgerError(f"cannot supersede runs the ledger lacks: {', '.join(unknown)}")
+        merged = list(dict.fromkeys([*self._document.superseded, *run_ids]))
+        candidate = self._document.model_copy(update={"superseded": merged})
+        _atomic_write(self._path, _serialize(candidate))
+        self._document = candidate
 
     def attempts_for(self, level: Level) -> list[Attempt]:
         return [attempt for attempt in self._document.attempts if attempt.level == level]

@@ -345,6 +345,28 @@ def _environment_lines(data: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
+    """Why the candidates left over were skipped: the one thing to fix before running again."""
+    suspects: dict[str, set[str | None]] = {}
+    if outcome.pypto.found is None:
+        suspects["pypto"] = set(outcome.pypto.suspects)
+    if outcome.simpler is not None and outcome.simpler.found is None:
+        suspects["simpler"] = set(outcome.simpler.suspects)
+    dropped = set(doc.superseded)
+    reasons: dict[str, set[str]] = {}
+    for attempt in doc.attempts:
+        if attempt.verdict is not Verdict.SKIP or attempt.run_id in dropped:
+            continue
+        tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha
+        if tested in suspects.get(attempt.level, ()):
+            reasons.setdefault(attempt.reason or "no reason recorded", set()).add(str(tested))
+    ranked = sorted(reasons.items(), key=lambda item: -len(item[1]))
+    return [
+        f"{len(shas)} candidate{'s' if len(shas) > 1 else ''} could not be tested: {reason}"
+        for reason, shas in ranked[:3]
+    ]
+
+
 def _check_notes(facts: ReportFacts, outcome: Outcome) -> list[str]:
     notes = []
     if facts.noop:
@@ -382,7 +404,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "split": None,
         "simpler": None,
         "triage": None,
-        "notes": list(outcome.notes) + _check_notes(facts, outcome),
+        "notes": list(outcome.notes) + _untested_notes(doc, outcome) + _check_notes(facts, outcome),
         "noop": facts.noop or None,
         "drift": list(outcome.drift),
         "figures": _figures(doc, outcome, facts),

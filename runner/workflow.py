@@ -21,7 +21,13 @@ from runner.attempts import DockerTester, RunSettings
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import Settings
 from runner.containers import Mount
-from runner.errors import BadInput, EndpointsDoNotReproduce, LedgerError, SourceUnavailable
+from runner.errors import (
+    SOURCE_UNAVAILABLE,
+    BadInput,
+    EndpointsDoNotReproduce,
+    LedgerError,
+    SourceUnavailable,
+)
 from runner.execute import reclaim, remove_stale_containers
 from runner.executor import Executor, LocalExecutor
 from runner.findings import gather_facts
@@ -301,7 +307,7 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
             f"the known-good commit {sha} fails too ({why}): the environment, not a commit, is "
             "at fault; check the base image, devices and goldens, or pick an older --good"
         )
-    elif attempt.reason.startswith("source unavailable"):
+    elif attempt.reason.startswith(SOURCE_UNAVAILABLE):
         text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
     elif failure.which == "good":
         text = f"the known-good commit {sha} could not be tested ({why}); pick another --good"
@@ -357,7 +363,17 @@ def run_bisect(
             tester.preflight(
                 [prepared.good, *prepared.commits],
                 prepared.history.gitlinks([prepared.good, prepared.bad], settings.submodule_path),
+                {"good": prepared.good, "bad": prepared.bad} if settings.verify else {},
             )
+            # Missing sources are the checkout's state, not the commit's: once they are there,
+            # their pairs are tested like any other.
+            again = tester.exportable_again(ledger.document.source_skips())
+            ledger.supersede(again)
+            if again and events is not None:
+                events.note(
+                    f"{len(again)} skips for sources the checkout lacked are tested again: "
+                    "it holds them now"
+                )
             outcome = session.run()
         except BaseException as exc:
             tester.close(cancel=True)

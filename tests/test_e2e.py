@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -168,6 +169,55 @@ def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect
     assert steps and {s["pypto"] for s in steps} == {sample.pypto_shas[6]}, (
         "nothing is bisected once an endpoint fails; only the endpoint is re-run"
     )
+
+
+# HEAD pins simpler 1, from before simpler vendored pto-isa, so the checkout never fetched isa;
+# commits 4 and 5 pin simpler 5, which has it.
+ISA_IN_THE_MIDDLE = SampleSpec(**SMALL, bumps=((4, 5), (6, 1)), pypto_regression_at=5)
+
+
+def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetched(
+    sample_factory, bisect, shared_cache, tmp_path
+):
+    shared = sample_factory(ISA_IN_THE_MIDDLE)
+    copy = tmp_path / "pypto"
+    shutil.copytree(shared.pypto, copy, symlinks=True)
+    sample = dataclasses.replace(shared, pypto=copy)
+    isa_store = copy / ".git" / "modules" / "simpler" / "modules" / "third_party" / "isa"
+    assert not isa_store.exists()
+    ledger = tmp_path / "work" / "ledger.json"
+
+    # The known-bad commit's simpler is missing: bad input, found before anything is built.
+    aside = tmp_path / "simpler-module"
+    shutil.move(copy / ".git" / "modules" / "simpler", aside)
+    stopped = bisect(sample)
+    assert stopped.returncode == 2, stopped.stderr
+    assert stopped.stderr.startswith("error: the known-bad commit ")
+    assert "source unavailable: submodule runtime commit" in stopped.stderr
+    assert len(stopped.stderr.strip().splitlines()) == 1
+    assert json.loads(ledger.read_text())["attempts"] == []
+    shutil.move(aside, copy / ".git" / "modules" / "simpler")
+
+    # Commits 4 and 5 need isa: skipped, so the boundary is one of three commits.
+    partial = bisect(sample)
+    assert partial.returncode == 1, partial.stderr
+    assert partial.json()["pypto"]["candidates"] == sample.pypto_shas[4:7]
+    skips = [a for a in json.loads(ledger.read_text())["attempts"] if a["verdict"] == "skip"]
+    assert skips and all(a["reason"].startswith("source unavailable: ") for a in skips)
+    why = "2 candidates could not be tested: source unavailable: submodule runtime/third_party/isa"
+    assert any(note.startswith(why) for note in partial.json()["notes"])
+    # Run again as it is, without --json: the summary says why, and nothing new is tested.
+    again = cli(*run_args(sample, tmp_path / "work", shared_cache))
+    assert again.returncode == 1 and f"note: {why}" in again.stdout
+    assert len(json.loads(ledger.read_text())["attempts"]) == len(partial.json()["steps"])
+
+    # Fetched as the message asks: the same command tests them and names the culprit.
+    git(tmp_path, "clone", "-q", "--bare", str(shared.mirrors["isa"]), str(isa_store))
+    fetched = bisect(sample)
+    assert fetched.returncode == 0, fetched.stderr
+    assert fetched.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
+    document = json.loads(ledger.read_text())
+    assert set(document["superseded"]) == {a["run_id"] for a in skips}
 
 
 FLAKY = ("SAMPLE_FALSE_FAIL=0.1", "SAMPLE_FALSE_PASS=0.1", "SAMPLE_FLAKE_SEED=8")

@@ -165,6 +165,29 @@ def test_a_verdict_is_reused_only_for_the_exact_pypto_simpler_pair(
         assert ledger.find(sha(8), None) is None
 
 
+def test_a_superseded_skip_stays_in_the_file_but_no_longer_counts(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    lacked = "source unavailable: submodule runtime commit 0123 is not in the local checkout"
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", sha(7), sha("s"), Verdict.SKIP, reason=lacked))
+        ledger.record(make_attempt("r2", sha(8), sha("s"), Verdict.SKIP, reason="build failed"))
+        assert [a.run_id for a in ledger.document.source_skips()] == ["r1"]
+        with pytest.raises(LedgerError, match="lacks: nope"):
+            ledger.supersede(["r1", "nope"])
+        assert ledger.document.superseded == []
+        ledger.supersede(["r1"])
+
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as resumed:
+        doc = resumed.document
+        assert [a.run_id for a in doc.attempts] == ["r1", "r2"]
+        assert doc.superseded == ["r1"]
+        assert doc.find_all(sha(7), sha("s")) == [] and resumed.find(sha(7), sha("s")) is None
+        assert doc.source_skips() == []
+        resumed.record(make_attempt("r3", sha(7), sha("s"), Verdict.GOOD))
+        assert [a.run_id for a in resumed.document.find_all(sha(7), sha("s"))] == ["r3"]
+
+
 def test_attempts_are_listed_per_level_in_recorded_order(
     ledger_path: Path, inputs: SessionInputs
 ) -> None:
