@@ -56,6 +56,7 @@ CCACHE_ENVIRONMENT = {
 }
 _ENOSPC = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.IGNORECASE)
 _STALE_TMP_SECONDS = 24 * 3600
+_HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
 Echo = Callable[[str], None]
 
@@ -337,7 +338,7 @@ class WheelCache:
 
     def prune(self, max_bytes: int | None = None) -> list[CacheEntry]:
         """Drop least recently used entries until the cache fits max_bytes (None: drop all)."""
-        self._sweep_tmp()
+        self.sweep_leftovers()
         entries = self.entries()
         if max_bytes is None:
             return self._remove(entries)
@@ -354,15 +355,34 @@ class WheelCache:
         """Forget remembered failures, e.g. after fixing the build environment."""
         return self._remove([e for e in self.entries() if not e.ok])
 
-    def _sweep_tmp(self) -> None:
-        """Leftovers of killed runs; recent ones may belong to a build running right now."""
+    def sweep_leftovers(self) -> None:
+        """Remove what killed runs left in `.tmp`: a build's staging directory (a whole source
+        export and build tree) once nobody holds its key's lock, removed entries (trash)
+        always, and anything else after a day."""
         if not self.tmp_dir.is_dir():
             return
         cutoff = time.time() - _STALE_TMP_SECONDS
         for child in self.tmp_dir.iterdir():
             with contextlib.suppress(OSError):
-                if child.stat().st_mtime < cutoff:
+                kind, _, rest = child.name.partition("-")
+                key = rest.split("-", 1)[0]
+                if (
+                    kind == "trash"
+                    or (kind == "build" and _HEX_KEY.fullmatch(key) and self._idle(key))
+                    or child.stat().st_mtime < cutoff
+                ):
                     shutil.rmtree(child, ignore_errors=True)
+
+    def _idle(self, key: str) -> bool:
+        """Whether no build of `key` runs now, in any process (this one included: a lock object
+        of its own conflicts with the one a build holds)."""
+        probe = FileLock(str(self.root / ".locks" / f"{key}.lock"))
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return False
+        probe.release()
+        return True
 
 
 def _infrastructure(exc: OSError, doing: str) -> InfrastructureError:
@@ -522,7 +542,8 @@ def build_wheel(
             return hit
         try:
             cache.tmp_dir.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-", dir=cache.tmp_dir))
+            # The whole key names the directory: a sweep finds its lock (`sweep_leftovers`).
+            work = Path(tempfile.mkdtemp(prefix=f"build-{key}-", dir=cache.tmp_dir))
         except OSError as exc:
             raise _infrastructure(exc, f"create a build directory in {cache.root}") from exc
         try:

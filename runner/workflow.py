@@ -142,6 +142,7 @@ def docker_tester(
 ) -> DockerTester:
     settings = prepared.settings
     cache = WheelCache(prepared.cache_root / "wheels")
+    cache.sweep_leftovers()
     return DockerTester(
         make_executor(prepared, cache, echo, warn),
         ledger,

@@ -441,3 +441,26 @@ def test_a_compile_error_is_a_cached_build_failure_with_ccache_counts_absent(
     assert not failed.ok and "error: expected ;" in failed.reason
     assert failed.ccache_hits is None
     assert cache.lookup("pypto", "8" * 40, broken) is not None
+
+
+def test_a_killed_builds_staging_directory_is_swept_once_nobody_builds_its_key(
+    cache: WheelCache,
+) -> None:
+    key = "ab" * 32
+    cache.tmp_dir.mkdir(parents=True)
+    staging = cache.tmp_dir / f"build-{key}-x1y2"  # what a SIGKILLed build leaves
+    (staging / "src").mkdir(parents=True)
+    (staging / "src" / "big.cpp").write_text("// a whole source export\n")
+    trash = cache.tmp_dir / "trash-0123456789ab-z9"  # an entry removed half-way
+    trash.mkdir()
+    other = cache.tmp_dir / "unknown-recent"
+    other.mkdir()
+
+    with cache.locked(key):  # a build of that key runs now (here, or in another run)
+        cache.sweep_leftovers()
+        assert staging.is_dir()
+    assert not trash.exists()
+
+    cache.sweep_leftovers()
+    assert not staging.exists()
+    assert other.is_dir(), "a directory of unknown use is kept until it is a day old"
