@@ -47,7 +47,7 @@ from runner.ledger import (
     earlier_sessions,
     session_copy,
 )
-from runner.prepare import Prepared, prepare
+from runner.prepare import Prepared, prepare, writable_directory
 from runner.verdict import VerdictPatterns
 from runner.workflow import SETTINGS_NAME, ledger_path, load_saved_settings, run_settings
 
@@ -115,6 +115,7 @@ def export_attempt(
     destination = destination.expanduser().absolute()
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise BadInput(f"--to {destination} exists and is not empty; name a new directory")
+    writable_directory(destination, "--to")
 
     inputs = document.inputs
     settings = load_saved_settings(workdir, recorded.settings).model_copy(

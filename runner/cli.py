@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import traceback
@@ -783,16 +784,26 @@ def _size(text: str) -> int:
     raw = text.strip().lower().removesuffix("b").removesuffix("i")
     number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in units else (raw, "")
     try:
-        return int(float(number) * units[unit])
+        size = int(float(number) * units[unit])
     except ValueError:
         raise BadInput(f"--max-size {text}: give a size such as 500M or 20G") from None
+    if size < 0 or not math.isfinite(float(number)):
+        raise BadInput(f"--max-size {text}: a size cannot be negative; give one such as 20G")
+    return size
 
 
-def _cache(cache_dir: Path | None):
+def _cache(cache_dir: Path | None, *, existing: bool = False):
+    """The wheel cache; `existing`: a cache directory that is not there is a typo, not an
+    empty cache."""
     from runner.wheels import WheelCache
 
     settings = load_settings({"cache_dir": cache_dir})
-    return WheelCache(settings.cache_root() / "wheels")
+    root = settings.cache_root()
+    if root.exists() and not root.is_dir():
+        raise BadInput(f"--cache-dir {root} is a file, not a directory")
+    if existing and cache_dir is not None and not root.exists():
+        raise BadInput(f"--cache-dir {root}: no such directory")
+    return WheelCache(root / "wheels")
 
 
 @cache_app.command("ls")
@@ -802,7 +813,7 @@ def cache_ls(
 ) -> None:
     """List cached wheels and recorded build failures, most recently used first."""
     with guarded():
-        cache = _cache(cache_dir)
+        cache = _cache(cache_dir, existing=True)
         entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
     rows = [
         {
@@ -860,12 +871,16 @@ def cache_prune(
     """Remove least recently used entries until the cache fits --max-size; removing everything
     needs --all, or a yes at the prompt."""
     with guarded():
-        cache = _cache(cache_dir)
+        if everything and (max_size is not None or failures):
+            other = "--max-size" if max_size is not None else "--failures"
+            raise BadInput(f"--all removes every entry: it cannot go with {other}")
+        cache = _cache(cache_dir, existing=True)
         if failures:
             removed = cache.remove_failures()
         else:
             limit = _size(max_size) if max_size is not None else None
-            if limit is None and not everything and not _confirm_remove_all(cache):
+            # --max-size 0 keeps nothing: the same as removing everything, so the same rule.
+            if not limit and not everything and not _confirm_remove_all(cache):
                 OUT.print("nothing removed")
                 raise typer.Exit(1)
             removed = cache.prune(limit)

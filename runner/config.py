@@ -358,8 +358,12 @@ class Settings(BaseSettings):
     @field_validator("platform")
     @classmethod
     def _platform(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError("platform must be a word such as a2a3, a5, a2a3sim or a5sim")
+        # A typo (a2a3simm) would otherwise run as an NPU platform and blame the device.
+        if value not in PLATFORMS:
+            raise ValueError(
+                f"unknown platform {value!r}: pypto-lib's platforms are a2a3, a5 (NPU) and "
+                "a2a3sim, a5sim (simulator)"
+            )
         return value
 
     @field_validator("device", mode="before")
@@ -368,6 +372,10 @@ class Settings(BaseSettings):
         parts = [p.strip() for p in str(value).split(",")]
         if not all(p.isdigit() for p in parts):
             raise ValueError(f"device must be a card number or a comma list of them, not {value!r}")
+        twice = sorted({int(p) for p in parts if [int(q) for q in parts].count(int(p)) > 1})
+        if twice:
+            # Two lanes on one card would run two examples on it at once.
+            raise ValueError(f"device lists card {twice[0]} more than once: {value!r}")
         return ",".join(parts)
 
     @field_validator("device_map")
@@ -458,6 +466,10 @@ PATH_KEYS = {
     name for name, field in Settings.model_fields.items() if field.annotation in (Path, Path | None)
 }
 """Paths in the config file are relative to the file, not to where the command runs."""
+
+
+PLATFORMS = ("a2a3", "a5", "a2a3sim", "a5sim")
+"""pypto-lib's `-p` values: two NPU generations and their CPU simulators."""
 
 
 def default_cache_dir() -> Path:

@@ -55,7 +55,7 @@ class Passthrough:
 
 
 def is_simulator(platform: str) -> bool:
-    """a2a3sim, a5sim and any later ``*sim`` platform run on the CPU without CANN or an NPU."""
+    """a2a3sim and a5sim run on the CPU without CANN or an NPU."""
     return platform.endswith("sim")
 
 

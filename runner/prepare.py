@@ -63,6 +63,35 @@ def _directory(value: Path | None, flag: str, what: str, given: str | None = Non
     return path
 
 
+def _fits_the_engine(client: docker.DockerClient, cpus: float) -> None:
+    """The engine refuses a container with more CPUs than its host has: say so before the
+    first build, not as three infrastructure failures."""
+    try:
+        available = int(client.info().get("NCPU") or 0)
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(f"the Docker Engine did not answer `docker info`: {exc}") from exc
+    if available and cpus > available:
+        raise BadInput(
+            f"--cpus {cpus:g} is more than the {available} CPUs of the Docker Engine's host"
+        )
+
+
+def writable_directory(value: Path, flag: str) -> Path:
+    """A directory the tool may create or write into; bad input (not a failure of the machine)
+    when the path names a file, or lies under a file or a directory this user cannot write."""
+    path = value.expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{flag} {value} is a file, not a directory")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadInput(f"{flag} {value}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"{flag} {value}: {existing} is not writable by this user")
+    return path
+
+
 def _script(lib: Path, script: str | None) -> str:
     if not script:
         raise BadInput("--script is required: the example to run, relative to --lib")
@@ -176,6 +205,8 @@ def prepare(settings: Settings) -> Prepared:
             content[key] = tree_digest(root.expanduser())
     lib_digest = tree_digest(lib)
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
+    writable_directory(settings.workdir, "--workdir")
+    writable_directory(settings.cache_root(), "--cache-dir")
     if settings.executor == "ray":
         # Ray picks the cards; each node checks its own devices when a run lands there.
         parse_device_map(settings.device_map)
@@ -187,6 +218,8 @@ def prepare(settings: Settings) -> Prepared:
         slots = device_slots(settings)
     client = connect()
     image_id = base_image_id(client, settings.base_image)
+    if settings.cpus is not None and settings.executor != "ray":
+        _fits_the_engine(client, settings.cpus)
     workdir = settings.workdir.expanduser().resolve()
     cache_root = settings.cache_root().resolve()
     inputs = SessionInputs(

@@ -52,7 +52,9 @@ def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
         ("script", "models/missing.py", "no such file"),
         ("script", "../outside.py", "inside --lib"),
         ("device", "zero", "device"),
+        ("device", "0,1,0", "card 0 more than once"),
         ("platform", "a2 a3", "platform"),
+        ("platform", "a2a3simm", "unknown platform 'a2a3simm'"),
     ],
 )
 def test_bad_flags_get_one_line_and_exit_2(sample, tmp_path, flag, value, fragment):
@@ -398,6 +400,62 @@ def test_the_report_wall_time_is_the_sessions_and_shows_this_invocations_too(
     assert again["wall_s"] == pytest.approx(first["wall_s"] + again["invocation_s"], abs=0.02)
     shown = cli("report", "--workdir", str(tmp_path / "work"), "--json").json()["stats"]
     assert shown["wall_s"] == again["wall_s"] and shown["invocation_s"] is None
+
+
+@pytest.mark.parametrize("flag", ["workdir", "cache_dir"])
+def test_a_workdir_or_cache_dir_that_is_a_file_is_bad_input(sample, tmp_path, flag):
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    option = "--" + flag.replace("_", "-")
+    for value, fragment in ((afile, f"{option} {afile} is a file"), (afile / "sub", str(afile))):
+        result = cli(*args_with(sample, tmp_path, **{flag: str(value)}))
+        assert_one_line_error(result, 2, fragment)
+    assert afile.read_text() == "not a directory\n"
+
+
+@pytest.mark.docker
+def test_more_cpus_than_the_engine_has_is_bad_input_before_any_build(sample, tmp_path):
+    result = cli(*args_with(sample, tmp_path), "--cpus", "4096")
+    assert_one_line_error(result, 2, "--cpus 4096 is more than the")
+    assert not (tmp_path / "cache" / "wheels").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--max-size", "-5G"], "cannot be negative"),
+        (["--all", "--max-size", "1G"], "cannot go with --max-size"),
+        (["--max-size", "0"], "--all"),
+    ],
+)
+def test_cache_prune_refuses_sizes_that_would_empty_it_behind_the_all_rule(
+    tmp_path, extra, fragment
+):
+    entry = tmp_path / "wheels" / "ab" / "keep-me"
+    entry.mkdir(parents=True)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "cache",
+            "prune",
+            "--cache-dir",
+            str(tmp_path),
+            *extra,
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_one_line_error(refused, 2, fragment)
+    assert entry.exists()
+
+
+def test_cache_ls_of_a_cache_dir_that_is_not_there_is_a_typo_not_an_empty_cache(tmp_path):
+    missing = tmp_path / "no" / "such"
+    assert_one_line_error(cli("cache", "ls", "--cache-dir", str(missing)), 2, "no such directory")
 
 
 def test_cache_prune_without_a_limit_needs_all_when_nobody_can_confirm(tmp_path):
