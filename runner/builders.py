@@ -202,8 +202,10 @@ class ImageTraits:
 def probe_image(
     client: docker.DockerClient, image_id: str, cache_root: Path, *, python: str = "python3"
 ) -> ImageTraits:
-    """Ask the image itself (through its entrypoint) which Python and tools it has; cached by id."""
-    store = cache_root / "builders" / "traits" / f"{image_id.replace(':', '_')}.json"
+    """Ask the image itself (through its entrypoint) which Python and tools it has; cached by
+    image id and interpreter (`--python python9` must fail here, not at the first run)."""
+    name = f"{image_id.replace(':', '_')}-{hashlib.sha256(python.encode()).hexdigest()[:12]}"
+    store = cache_root / "builders" / "traits" / f"{name}.json"
     with contextlib.suppress(OSError, ValueError, KeyError):
         return ImageTraits.from_json(json.loads(store.read_text()))
     with tempfile.TemporaryDirectory(prefix="bisect-probe-") as tmp:
