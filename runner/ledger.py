@@ -320,6 +320,11 @@ class Ledger:
         """Count this invocation from ``started`` (``time.monotonic()``) until it is finished."""
         self._invocation = started
 
+    def abandon_invocation(self) -> None:
+        """Forget this invocation: it stopped on bad input before it tested anything, so it
+        is not part of the session (its wall time included)."""
+        self._invocation = None
+
     def finish_invocation(self) -> float:
         """Add this invocation's wall time to the session's and persist it; returns it.
 

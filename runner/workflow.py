@@ -24,6 +24,7 @@ from runner.containers import Mount
 from runner.errors import (
     SOURCE_UNAVAILABLE,
     BadInput,
+    BisectError,
     EndpointsDoNotReproduce,
     LedgerError,
     SourceUnavailable,
@@ -349,8 +350,14 @@ def run_bisect(
         _save_settings(workdir, settings)
         snapshot(prepared.lib, prepared.lib_digest, workdir)
         ledger.start_invocation(started)
+        recorded = len(ledger.document.attempts)
         warn = (lambda text: events.note(f"warning: {text}")) if events is not None else None
-        tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo, warn=warn)
+        try:
+            tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo, warn=warn)
+        except BisectError as exc:
+            if exc.exit_code == 2:
+                ledger.abandon_invocation()
+            raise
         session = _session(
             prepared.history,
             prepared.exporter,
@@ -378,6 +385,9 @@ def run_bisect(
             outcome = session.run()
         except BaseException as exc:
             tester.close(cancel=True)
+            bad_input = isinstance(exc, BisectError) and exc.exit_code == 2
+            if bad_input and len(ledger.document.attempts) == recorded:
+                ledger.abandon_invocation()
             if not isinstance(exc, EndpointFailure):
                 raise
             failure = exc

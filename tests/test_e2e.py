@@ -196,6 +196,7 @@ def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetc
     assert "source unavailable: submodule runtime commit" in stopped.stderr
     assert len(stopped.stderr.strip().splitlines()) == 1
     assert json.loads(ledger.read_text())["attempts"] == []
+    assert json.loads(ledger.read_text())["invocations"] == [], "bad input is not a session run"
     shutil.move(aside, copy / ".git" / "modules" / "simpler")
 
     # Commits 4 and 5 need isa: skipped, so the boundary is one of three commits.
@@ -210,6 +211,9 @@ def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetc
     again = cli(*run_args(sample, tmp_path / "work", shared_cache))
     assert again.returncode == 1 and f"note: {why}" in again.stdout
     assert len(json.loads(ledger.read_text())["attempts"]) == len(partial.json()["steps"])
+    before = ledger.read_text()
+    typo = cli(*run_args(sample, tmp_path / "work", shared_cache), "--wheelhouse", "/no/such")
+    assert typo.returncode == 2 and ledger.read_text() == before
 
     # Fetched as the message asks: the same command tests them and names the culprit.
     git(tmp_path, "clone", "-q", "--bare", str(shared.mirrors["isa"]), str(isa_store))
