@@ -367,8 +367,14 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
     ]
 
 
-def _check_notes(facts: ReportFacts, outcome: Outcome) -> list[str]:
+def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> list[str]:
     notes = []
+    culprit = outcome.pypto.first_bad
+    if culprit == doc.inputs.bad and not any(a.pypto_sha == culprit for a in doc.attempts):
+        notes.append(
+            f"the culprit is the known-bad commit {culprit[:12]}, taken as bad without a run "
+            "(--no-verify): every commit before it passed, so run it before trusting this"
+        )
     if facts.noop:
         notes.append(
             f"the culprit's build is identical to its parent's (the same files in the "
@@ -404,7 +410,9 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "split": None,
         "simpler": None,
         "triage": None,
-        "notes": list(outcome.notes) + _untested_notes(doc, outcome) + _check_notes(facts, outcome),
+        "notes": list(outcome.notes)
+        + _untested_notes(doc, outcome)
+        + _check_notes(doc, facts, outcome),
         "noop": facts.noop or None,
         "drift": list(outcome.drift),
         "figures": _figures(doc, outcome, facts),

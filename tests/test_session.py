@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from runner.errors import SourceUnavailable
 from runner.history import History, pointer_states
-from runner.ledger import Attempt, Level
+from runner.ledger import Attempt, LedgerDocument, Level, SessionInputs
+from runner.report import ReportFacts, build_json
 from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
 from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session, _builds_from
@@ -443,6 +444,35 @@ def test_without_verification_the_endpoints_are_assumed_and_never_tested(sample_
     assert sample.pypto_shas[0] not in tested and sample.pypto_shas[-1] not in tested
     # no endpoint runs teach the flake rates, so the boundary takes the two saved tests more
     assert len(searched(tester)) <= math.ceil(math.log2(8)) + 2 + EXTRA
+
+
+def test_a_known_bad_endpoint_named_without_a_run_says_so_in_the_report(sample_factory):
+    # Every commit before the assumed-bad end passes: the end is the culprit, never run.
+    last = SMALL["pypto_commits"]
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=last))
+    outcome, tester = bisect(sample, verify=False)
+    assert outcome.pypto.first_bad == sample.pypto_shas[-1]
+    assert sample.pypto_shas[-1] not in {pypto for _, pypto, _ in tester.tested}
+
+    inputs = SessionInputs(
+        pypto_repo=str(sample.pypto),
+        lib_repo=str(sample.lib),
+        script="models/sample/decode_fwd.py",
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        platform="a2a3sim",
+        devices=["0"],
+        base_image="base",
+        base_image_id="sha256:" + "0" * 64,
+    )
+    doc = LedgerDocument(
+        tool_version="test",
+        created_at=datetime.now(timezone.utc),
+        inputs=inputs,
+        attempts=tester.attempts,
+    )
+    notes = build_json(doc, outcome, ReportFacts())["notes"]
+    assert any("taken as bad without a run (--no-verify)" in note for note in notes)
 
 
 def test_a_culprit_that_changes_only_docs_is_flagged_as_possible_noise(sample_factory, tmp_path):
