@@ -689,16 +689,22 @@ MismatchOpt = Annotated[
     float | None,
     typer.Option(
         metavar="RATIO",
+        min=0.0,
+        max=1.0,
         help="Bad when more than this share of elements mismatch (from the figures).",
     ),
 ]
 AbsDiffOpt = Annotated[
     float | None,
-    typer.Option(metavar="DIFF", help="Bad when the max abs diff exceeds this (from the figures)."),
+    typer.Option(
+        metavar="DIFF", min=0.0, help="Bad when the max abs diff exceeds this (from the figures)."
+    ),
 ]
 RelDiffOpt = Annotated[
     float | None,
-    typer.Option(metavar="DIFF", help="Bad when the max rel diff exceeds this (from the figures)."),
+    typer.Option(
+        metavar="DIFF", min=0.0, help="Bad when the max rel diff exceeds this (from the figures)."
+    ),
 ]
 
 

@@ -320,6 +320,7 @@ class Settings(BaseSettings):
     max_mismatch_ratio: float | None = Field(
         default=None,
         ge=0,
+        le=1,
         description="Judge by the figures: bad when more than this share of elements mismatch.",
     )
     max_abs_diff: float | None = Field(

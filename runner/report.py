@@ -463,6 +463,11 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
         )
     if outcome.endpoint_failure is not None:
         return f"Stopped before bisecting: {outcome.endpoint_failure}."
+    if not outcome.finished and outcome.rejudged is not None:
+        return (
+            f"Re-judged by {outcome.rejudged}: the ledger lacks tests these limits need; `run` "
+            f"with them would test next the {outcome.pending}."
+        )
     if not outcome.finished:
         return "The bisect is not finished yet: rerun the same `run` command to continue."
     pypto = outcome.pypto

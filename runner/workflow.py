@@ -492,6 +492,7 @@ def rewrite_reports(
     state = replay(workdir, cache_dir, session, rethreshold)
     if rethreshold is not None:
         limits = ", ".join(f"{k} <= {v:g}" for k, v in rethreshold.limits.items() if v is not None)
+        state.outcome.rejudged = limits or "the example PASS/FAIL"
         state.outcome.notes.append(
             f"re-judged from the recorded figures ({limits or 'the example PASS/FAIL'}); "
             "no container was started"
