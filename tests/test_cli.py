@@ -539,3 +539,16 @@ def test_a_bisect_configured_only_through_the_environment_finds_the_same_culprit
     assert found["pypto"]["first_bad"] == expected["pypto"]["first_bad"]
     assert found["simpler"]["culprit"] == expected["simpler"]["culprit"]
     assert (tmp_path / "env" / "ledger.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--max-abs-diff", "-1", "greater than or equal to 0"),
+        ("--max-rel-diff", "-0.5", "greater than or equal to 0"),
+        ("--max-mismatch-ratio", "5", "less than or equal to 1"),
+    ],
+)
+def test_rethreshold_limits_outside_their_range_are_refused(tmp_path, flag, value, fragment):
+    result = cli("report", "--workdir", str(tmp_path), "--rethreshold", flag, value)
+    assert_one_line_error(result, 2, flag, fragment)
