@@ -580,8 +580,21 @@ def build_image(
         raise InfrastructureError(
             f"building {what} ran out of disk space; free space and resume (log: {log_path})"
         )
-    last = tail.splitlines()[-1] if tail else "no output"
     raise BadInput(
-        f"building {what} failed: {last[:200]}; the base image must accept these wheels "
-        f"(log: {log_path})"
+        f"building {what} failed: {_cause(result.lines)[:200]}; the base image must accept these "
+        f"wheels (log: {log_path})"
     )
+
+
+_DOCKER_EPILOGUE = re.compile(
+    r"^(The command .* returned a non-zero code|Removing intermediate container|Step \d+/\d+|"
+    r" ---> )"
+)
+
+
+def _cause(lines: list[str]) -> str:
+    """The line of a failed build that says why: the last one naming an error, not Docker's
+    closing 'returned a non-zero code' (which only says that a step failed)."""
+    said = [line.strip() for line in lines if line.strip() and not _DOCKER_EPILOGUE.match(line)]
+    errors = [line for line in said if "error" in line.lower()]
+    return (errors or said or ["no output"])[-1]

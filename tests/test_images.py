@@ -22,6 +22,7 @@ from runner.images import (
     LAYER_REPOSITORY,
     TestImage,
     WheelInstallFailed,
+    _cause,
     ensure_test_image,
     find_test_image,
     image_tag,
@@ -435,3 +436,18 @@ def test_images_are_made_in_parallel_and_share_one_layer(
     code = "import pypto, simpler; print(pypto.FACTOR, simpler.describe())"
     outputs = [run_in(docker_client, i.tag, code, tmp_path / f"r{n}") for n, i in enumerate(images)]
     assert [o.strip() for o in outputs] == ["1.0 simpler r2", "1.5 simpler r2", "1.5 simpler r2"]
+
+
+def test_a_failed_image_build_is_summed_up_by_its_error_not_dockers_epilogue():
+    output = [
+        "Step 3/4 : RUN python3 -m pip install --no-index /wheels/*.whl",
+        " ---> Running in 0123456789ab",
+        "Processing /wheels/cmake-3.31.6-py3-none-any.whl",
+        "ERROR: pip is disabled in this image: use the distribution's packages",
+        "",
+        "The command '/bin/sh -c python3 -m pip install' returned a non-zero code: 1",
+    ]
+    assert _cause(output) == "ERROR: pip is disabled in this image: use the distribution's packages"
+    assert _cause(["Step 1/2 : FROM base", "exec format error"]) == "exec format error"
+    assert _cause(["Step 1/2 : FROM base", "killed"]) == "killed"
+    assert _cause([]) == "no output"
