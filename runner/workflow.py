@@ -140,7 +140,10 @@ def docker_tester(
     phase: Callable[[str], None] | None = None,
     echo: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> DockerTester:
+    """`echo` streams logs (--verbose); `warn` and `note` say what the user should see anyway
+    (a card leaving the pool; build tools being downloaded, a builder image being built)."""
     settings = prepared.settings
     cache = WheelCache(prepared.cache_root / "wheels")
     cache.sweep_leftovers()
@@ -157,7 +160,11 @@ def docker_tester(
         toolchains=Toolchains(
             prepared.exporter,
             make_provisioner(
-                settings, prepared.client, prepared.base_image_id, prepared.cache_root, echo=echo
+                settings,
+                prepared.client,
+                prepared.base_image_id,
+                prepared.cache_root,
+                echo=note or echo,
             ),
             submodule_path=settings.submodule_path,
             phase=phase,
@@ -353,7 +360,15 @@ def run_bisect(
         recorded = len(ledger.document.attempts)
         warn = (lambda text: events.note(f"warning: {text}")) if events is not None else None
         try:
-            tester = docker_tester(prepared, ledger, workdir, phase=phase, echo=echo, warn=warn)
+            tester = docker_tester(
+                prepared,
+                ledger,
+                workdir,
+                phase=phase,
+                echo=echo,
+                warn=warn,
+                note=events.note if events is not None else None,
+            )
         except BisectError as exc:
             if exc.exit_code == 2:
                 ledger.abandon_invocation()
