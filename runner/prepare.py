@@ -267,6 +267,11 @@ def device_slots(settings: Settings, cores: int | None = None) -> list[Slot]:
     """
     names = [d.strip() for d in settings.devices if d.strip()]
     if is_simulator(settings.platform):
+        if settings.cards_per_test != 1:
+            raise BadInput(
+                f"--cards-per-test {settings.cards_per_test}: the simulator uses no cards; each "
+                "--device value is one lane"
+            )
         share = None
         if len(names) > 1 and settings.cpus is None:
             share = max(1.0, (cores or os.cpu_count() or 1) / len(names))

@@ -552,3 +552,9 @@ def test_a_bisect_configured_only_through_the_environment_finds_the_same_culprit
 def test_rethreshold_limits_outside_their_range_are_refused(tmp_path, flag, value, fragment):
     result = cli("report", "--workdir", str(tmp_path), "--rethreshold", flag, value)
     assert_one_line_error(result, 2, flag, fragment)
+
+
+def test_cards_per_test_on_the_simulator_is_refused(sample, tmp_path):
+    args = [a for a in args_with(sample, tmp_path, platform="a2a3sim")]
+    result = cli(*args, "--device", "0,1", "--cards-per-test", "2")
+    assert_one_line_error(result, 2, "--cards-per-test 2: the simulator uses no cards")
