@@ -555,6 +555,6 @@ def test_rethreshold_limits_outside_their_range_are_refused(tmp_path, flag, valu
 
 
 def test_cards_per_test_on_the_simulator_is_refused(sample, tmp_path):
-    args = [a for a in args_with(sample, tmp_path, platform="a2a3sim")]
+    args = args_with(sample, tmp_path, platform="a2a3sim")
     result = cli(*args, "--device", "0,1", "--cards-per-test", "2")
     assert_one_line_error(result, 2, "--cards-per-test 2: the simulator uses no cards")
