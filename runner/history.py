@@ -89,6 +89,9 @@ class History:
             "exists there (see `git log --first-parent --oneline`)"
         )
 
+    def has_commit(self, sha: str) -> bool:
+        return _has_commit(self._git, sha)
+
     def resolve(self, rev: str) -> str:
         """Full SHA of a commit named any way git understands (short sha, branch, HEAD~2...)."""
         if not rev or rev.startswith("-"):

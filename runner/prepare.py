@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -51,6 +51,7 @@ class Prepared:
     inputs: SessionInputs
     slots: list[Slot] = field(default_factory=list)
     tool_version: str = __version__
+    warnings: list[str] = field(default_factory=list)  # said once, at the start of `run`
 
 
 def _directory(value: Path | None, flag: str, what: str, given: str | None = None) -> Path:
@@ -121,6 +122,28 @@ def session_digest(settings: Settings, lib_digest: str, content: dict[str, str])
     verdicts with new ones in one ledger."""
     parts = [settings.run_digest(), lib_digest, *(f"{k}={v}" for k, v in sorted(content.items()))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _unrelated_clones(
+    history: History, ends: Sequence[str], extra: Mapping[str, Path]
+) -> list[str]:
+    """Clones given for a top-level submodule that hold neither endpoint's pin: likely the
+    wrong repository (the checkout of pypto-lib, say), which would only surface later as
+    'source unavailable'."""
+    warnings = []
+    for path, clone in extra.items():
+        if "/" in path:
+            continue
+        pins = {pin for pin in (history.gitlink(end, path) for end in ends) if pin}
+        if not pins:
+            continue
+        if not any(History(clone).has_commit(pin) for pin in pins):
+            listed = ", ".join(sorted(pin[:12] for pin in pins))
+            warnings.append(
+                f"{clone} holds neither endpoint's {path} commit ({listed}): is it a clone of "
+                f"the {path} submodule's repository?"
+            )
+    return warnings
 
 
 def extra_repos(settings: Settings) -> dict[str, Path]:
@@ -255,6 +278,7 @@ def prepare(settings: Settings) -> Prepared:
         exporter=SourceExporter(pypto_path, cache_root, extra),
         inputs=inputs,
         slots=slots,
+        warnings=_unrelated_clones(history, (good, bad), extra),
     )
 
 

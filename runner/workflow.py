@@ -345,7 +345,7 @@ def run_bisect(
         prepared.workdir / "runs",
         prepared.workdir / "reclaim.log",
     )
-    for warning in prepared.passthrough.warnings:
+    for warning in [*prepared.warnings, *prepared.passthrough.warnings]:
         if events is not None:
             events.note(f"warning: {warning}")
     workdir = prepared.workdir

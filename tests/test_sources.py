@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import BadInput, SourceUnavailable
-from runner.history import pointer_states
+from runner.history import History, pointer_states
+from runner.prepare import _unrelated_clones
 from runner.sample.histories import (
     ISA_PATH,
     LIBBACKTRACE_PATH,
@@ -524,3 +525,13 @@ def test_warm_export_time_of_the_sample(sample_factory: SampleFactory, tmp_path:
     warm = exporter.export(sample.pypto_shas[-1], tmp_path / "warm")
     assert len(warm.submodules) == 3
     print(f"\nwarm export of the sample head with 3 submodules: {warm.seconds:.3f}s")
+
+
+def test_a_clone_given_for_the_runtime_that_holds_neither_pin_is_warned_about(
+    sample: Sample,
+) -> None:
+    history = History(sample.pypto)
+    ends = (sample.pypto_shas[0], sample.pypto_shas[-1])
+    assert _unrelated_clones(history, ends, {RUNTIME_PATH: sample.mirrors["simpler"]}) == []
+    warned = _unrelated_clones(history, ends, {RUNTIME_PATH: sample.lib})
+    assert len(warned) == 1 and warned[0].startswith(f"{sample.lib} holds neither endpoint's")
