@@ -319,13 +319,26 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
     elif attempt.reason.startswith(SOURCE_UNAVAILABLE):
         text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
     elif failure.which == "good":
-        text = f"the known-good commit {sha} could not be tested ({why}); pick another --good"
+        text = (
+            f"the known-good commit {sha} could not be tested ({why}); {_unblock(attempt)} or "
+            "pick another --good"
+        )
     elif attempt.verdict is Verdict.GOOD:
         text = f"the known-bad commit {sha} passes: there is no regression to bisect in this range"
     else:
-        text = f"the known-bad commit {sha} could not be tested ({why}); pick another --bad"
+        text = (
+            f"the known-bad commit {sha} could not be tested ({why}); {_unblock(attempt)} or "
+            "pick another --bad"
+        )
     log = f" (log: {attempt.log_path})" if attempt.log_path else ""
     return EndpointsDoNotReproduce(text + log)
+
+
+def _unblock(attempt: Attempt) -> str:
+    """What lets an endpoint that could not be tested run after all."""
+    if attempt.reason.startswith("build failed"):
+        return "fix its build (its build tools: --build-pin; the log says what failed)"
+    return "fix what stopped it (see the log)"
 
 
 def run_bisect(

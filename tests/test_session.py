@@ -27,6 +27,7 @@ from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
 from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session, _builds_from
 from runner.verdict import Tolerance
+from runner.workflow import endpoint_error
 
 SMALL = {
     "pypto_commits": 8,
@@ -762,3 +763,28 @@ def test_a_lie_that_sends_the_search_into_a_bump_is_undone_by_the_joint_chain(sa
     assert outcome.pypto.first_bad == sample.pypto_shas[6]
     assert outcome.source == "pypto" and outcome.simpler is None
     assert outcome.exit_code == 0 and outcome.pypto.probability >= 0.95
+
+
+@pytest.mark.parametrize(
+    ("reason", "advice"),
+    [
+        ("build failed: pypto (no matching distribution for scikit-build-core)", "--build-pin"),
+        ("crashed: Segmentation fault", "fix what stopped it (see the log)"),
+    ],
+)
+def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, advice):
+    now = datetime.now(timezone.utc)
+    attempt = Attempt(
+        run_id="001",
+        level="pypto",
+        pypto_sha="a" * 40,
+        simpler_sha=None,
+        verdict=Verdict.SKIP,
+        reason=reason,
+        started_at=now,
+        finished_at=now,
+    )
+    for which in ("good", "bad"):
+        message = str(endpoint_error(EndpointFailure(which, attempt)))
+        assert f"the known-{which} commit aaaaaaaaaaaa could not be tested" in message
+        assert advice in message and message.endswith(f"or pick another --{which}")
