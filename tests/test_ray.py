@@ -347,7 +347,12 @@ def test_a_run_no_live_node_can_take_fails_as_infrastructure_instead_of_waiting_
         executor.close(cancel=True)
 
 
-def test_a_node_without_the_sessions_base_image_says_how_to_bring_it(docker_client):
+def test_a_node_without_the_sessions_base_image_says_how_to_bring_it(docker_client, monkeypatch):
+    # Outside a Ray task the node's name would start Ray in this process: name it here.
+    monkeypatch.setattr("runner.ray_executor.node_name", lambda: "host/0123abcd")
     missing = "sha256:" + "0" * 64
-    with pytest.raises(InfrastructureError, match=r"lacks the base image sha256:000.*docker load"):
+    with pytest.raises(
+        InfrastructureError,
+        match=r"node host/0123abcd lacks the base image sha256:000.*docker load",
+    ):
         _require_image(docker_client, missing, "base image")
