@@ -92,9 +92,11 @@ class DockerTester:
         infra_retries: int = 3,
         phase: Phase | None = None,
         echo: Callable[[str], None] | None = None,
+        warn: Callable[[str], None] | None = None,
         fingerprint: Callable[[str | None, str], dict[str, str]] | None = None,
         prefetch: bool = True,
     ) -> None:
+        """`echo` streams logs (--verbose); `warn` says what the user must know anyway."""
         self.executor = executor
         self.speculate = prefetch
         self.fingerprint = fingerprint
@@ -111,6 +113,7 @@ class DockerTester:
         self.infra_retries = max(1, infra_retries)
         self.phase = phase or (lambda _name: None)
         self.echo = echo
+        self.warn = warn
         self._git = Turns()  # mirror reads: a round's tests at once, a guess alone after them
         self._claim = threading.Lock()
         self._claimed: list[str] = []
@@ -150,14 +153,22 @@ class DockerTester:
     ) -> None:
         """Check that the endpoints (`which` -> commit) can be exported, then resolve and
         download the build tools of the range, all before the first bisect step."""
+        omitted: set[str] = set()
         for which, commit in endpoints.items():
             try:
-                self._check_sources(commit, gitlinks.get(commit))
+                self._check_sources(commit, gitlinks.get(commit), omitted=omitted)
             except SourceUnavailable as exc:
                 raise SourceUnavailable(
                     f"the known-{which} commit {commit[:12]} cannot be exported: {exc}",
                     submodule=exc.submodule,
                 ) from None
+        if endpoints and self.warn is not None:
+            for path in sorted(set(self.omit) - omitted):
+                self.warn(
+                    f"--omit-submodule {path}: neither endpoint has a submodule there (nested "
+                    "paths look like runtime/third_party/x); it omits nothing unless a commit "
+                    "in between has one"
+                )
         if self.toolchains is not None:
             self.toolchains.plan(commits, gitlinks)
 
@@ -453,11 +464,17 @@ class DockerTester:
         record.finished_at = _now()
         return record
 
-    def _check_sources(self, pypto: str, simpler: str | None, speculative: bool = False) -> None:
+    def _check_sources(
+        self,
+        pypto: str,
+        simpler: str | None,
+        speculative: bool = False,
+        omitted: set[str] | None = None,
+    ) -> None:
         """Every source a pair needs must exist before anything is built for it."""
         overrides: dict[str, str | None] = {self.path: simpler} if simpler is not None else {}
         with self._git.turn(speculative):
-            self.exporter.check(pypto, overrides=overrides, skip=self.omit)
+            self.exporter.check(pypto, overrides=overrides, skip=self.omit, omitted=omitted)
 
     def _builders(
         self, pypto: str, simpler: str | None, speculative: bool = False

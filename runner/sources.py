@@ -226,19 +226,23 @@ class SourceExporter:
         *,
         overrides: Mapping[str, str | None] = _NO_OVERRIDES,
         skip: Collection[str] = (),
+        omitted: set[str] | None = None,
     ) -> dict[str, str]:
         """Raise SourceUnavailable now if `export` would: every pinned commit, recursively.
 
         Cheap (no tree is written), so an attempt can refuse a commit before building anything.
+        `omitted` collects the paths of `skip` that this commit has a submodule at.
         """
         sha = self._resolve_superproject_commit(commit)
         wanted = {_norm(path): value for path, value in overrides.items()}
+        skipped = {_norm(p) for p in skip}
         submodules: dict[str, str] = {}
+        used: set[str] = set()
         self._ensure_mirror(self._top)
         self._require_commit(self._top, sha)
-        self._materialise(
-            self._top, sha, None, "", wanted, {_norm(p) for p in skip}, set(), submodules
-        )
+        self._materialise(self._top, sha, None, "", wanted, skipped, used, submodules)
+        if omitted is not None:
+            omitted.update(used & skipped)
         return submodules
 
     def changed(self, first: str, last: str, filename: str) -> list[str]:
@@ -540,6 +544,7 @@ class SourceExporter:
         for path, pinned in gitlinks:
             full = prefix + path
             if full in skip:
+                used.add(full)
                 continue
             entry = entries.get(path) or _SubmoduleEntry(name=path, path=path, url=None)
             child = self._child(repo, entry, full)

@@ -173,6 +173,7 @@ def docker_tester(
         infra_retries=settings.infra_retries,
         phase=phase,
         echo=echo,
+        warn=warn,
         fingerprint=Collector(prepared.client, settings.base_image, settings.device),
         prefetch=settings.prefetch,
     )

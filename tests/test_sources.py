@@ -535,3 +535,12 @@ def test_a_clone_given_for_the_runtime_that_holds_neither_pin_is_warned_about(
     assert _unrelated_clones(history, ends, {RUNTIME_PATH: sample.mirrors["simpler"]}) == []
     warned = _unrelated_clones(history, ends, {RUNTIME_PATH: sample.lib})
     assert len(warned) == 1 and warned[0].startswith(f"{sample.lib} holds neither endpoint's")
+
+
+def test_check_says_which_omitted_paths_the_commit_has(
+    sample: Sample, exporter: SourceExporter
+) -> None:
+    seen: set[str] = set()
+    skip = [LIBBACKTRACE_PATH, NESTED_ISA, "3rdparty/nosuch"]
+    exporter.check("HEAD", skip=skip, omitted=seen)
+    assert seen == {LIBBACKTRACE_PATH, NESTED_ISA}
