@@ -149,6 +149,11 @@ def _change(change: Change | None) -> dict[str, Any] | None:
     }
 
 
+def _verdict_cell(step: Mapping[str, Any]) -> str:
+    """A superseded skip stays in the table, marked: its pair was tested again."""
+    return f"{step['verdict']} (superseded)" if step.get("superseded") else str(step["verdict"])
+
+
 def _step(attempt: Attempt) -> dict[str, Any]:
     return {
         "run_id": attempt.run_id,
@@ -390,6 +395,7 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
 
 
 def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
+    superseded = set(doc.superseded)
     pypto = outcome.pypto
     simpler = outcome.simpler
     pre_submodule = outcome.change is not None and outcome.change.new is None
@@ -422,7 +428,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "pypto": _confidence(pypto),
             "simpler": _confidence(simpler),
         },
-        "steps": [_step(a) for a in doc.attempts],
+        "steps": [{**_step(a), "superseded": a.run_id in superseded} for a in doc.attempts],
         "stats": _stats(doc, facts.wall_s, facts.invocation_s),
         "reproduce": facts.reproduce,
     }
@@ -623,7 +629,7 @@ def build_markdown(
         lines.append(
             f"| {step['run_id']} | {step['round'] or ''} | {_where(step)} | {step['level']} | "
             f"`{step['pypto'][:12]}` | "
-            f"`{(step['simpler'] or 'none')[:12]}` | {step['verdict']} | {reason} | "
+            f"`{(step['simpler'] or 'none')[:12]}` | {_verdict_cell(step)} | {reason} | "
             f"{step['build_s']:.1f} | {step['run_s']:.1f} | {cache} | {_ccache(step)} |"
         )
     lines += _build_environments(data["steps"])

@@ -222,6 +222,9 @@ def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetc
     assert fetched.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
     document = json.loads(ledger.read_text())
     assert set(document["superseded"]) == {a["run_id"] for a in skips}
+    marked = {s["run_id"] for s in fetched.json()["steps"] if s["superseded"]}
+    assert marked == set(document["superseded"])
+    assert "| skip (superseded) |" in (tmp_path / "work" / "report.md").read_text()
 
 
 FLAKY = ("SAMPLE_FALSE_FAIL=0.1", "SAMPLE_FALSE_PASS=0.1", "SAMPLE_FLAKE_SEED=8")
