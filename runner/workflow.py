@@ -399,7 +399,12 @@ def run_bisect(
         try:
             tester.preflight(
                 [prepared.good, *prepared.commits],
-                prepared.history.gitlinks([prepared.good, prepared.bad], settings.submodule_path),
+                # Each end's own pin: `gitlinks` reads a whole first-parent chain, and given only
+                # the two ends it would carry the good end's pin over a move in between.
+                {
+                    end: prepared.history.gitlink(end, settings.submodule_path)
+                    for end in (prepared.good, prepared.bad)
+                },
                 {"good": prepared.good, "bad": prepared.bad} if settings.verify else {},
             )
             # Missing sources are the checkout's state, not the commit's: once they are there,

@@ -227,6 +227,36 @@ def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetc
     assert "| skip (superseded) |" in (tmp_path / "work" / "report.md").read_text()
 
 
+def test_a_known_bad_end_whose_pin_moved_after_the_good_end_has_its_own_pin_checked(
+    sample_factory, bisect, tmp_path
+):
+    # The checkout's simpler store ends before the last bump's pointer: the known-bad commit's
+    # pin is missing, the known-good commit's is there, and the pointer moved in between.
+    shared = sample_factory(SIMPLER_REGRESSION)
+    copy = tmp_path / "pypto"
+    shutil.copytree(shared.pypto, copy, symlinks=True)
+    sample = dataclasses.replace(shared, pypto=copy)
+    module = copy / ".git" / "modules" / "simpler"
+    kept = tmp_path / "kept"
+    shutil.move(module / "modules", kept)
+    shutil.copy(module / "config", tmp_path / "config")
+    shutil.rmtree(module)
+    git(tmp_path, "init", "-q", "--bare", str(module))
+    last_bump = max(sample.spec.bump_indices)
+    before = sample.gitlink(last_bump - 1)
+    git(module, "fetch", "-q", str(sample.mirrors["simpler"]), f"{before}:refs/heads/kept")
+    shutil.copy(tmp_path / "config", module / "config")
+    shutil.move(kept, module / "modules")
+    good = sample.pypto_shas[3]  # before the regressing bump; its pin is older still
+    assert sample.gitlink(3) not in (None, before, sample.gitlink(len(sample.pypto_shas) - 1))
+
+    stopped = bisect(sample, "--good", good)
+
+    assert stopped.returncode == 2, stopped.stderr
+    assert stopped.stderr.startswith("error: the known-bad commit ")
+    assert json.loads((tmp_path / "work" / "ledger.json").read_text())["attempts"] == []
+
+
 FLAKY = ("SAMPLE_FALSE_FAIL=0.1", "SAMPLE_FALSE_PASS=0.1", "SAMPLE_FLAKE_SEED=8")
 
 
