@@ -572,6 +572,21 @@ def _where(loc: tuple, flags: dict[str, Any], env: dict[str, str], file: Path | 
     return key
 
 
+def _absolute(settings: Settings) -> Settings:
+    """Every path made absolute from where the command runs: the saved settings must find the
+    same directories when `reproduce` or `export` runs from elsewhere."""
+    changes: dict[str, Any] = {
+        key: Path(value).expanduser().absolute()
+        for key in PATH_KEYS
+        if (value := getattr(settings, key)) is not None
+    }
+    changes["submodule_sources"] = {
+        path: Path(clone).expanduser().absolute()
+        for path, clone in settings.submodule_sources.items()
+    }
+    return settings.model_copy(update=changes)
+
+
 def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Settings:
     """Merge defaults < config file < environment < flags (flags whose value is None are unset)."""
     given = {key: value for key, value in flags.items() if value is not None}
@@ -585,7 +600,7 @@ def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Set
     _check_env_json()
     token = _CONFIG_FILE.set(file)
     try:
-        return Settings(**given)
+        return _absolute(Settings(**given))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = _where(tuple(first["loc"]), given, _env_values(), file)

@@ -340,3 +340,19 @@ def test_a_misspelt_variable_is_an_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("BISECT_PRECISION_PLATFROM", "a5")
     with pytest.raises(BadInput, match=r"^BISECT_PRECISION_PLATFROM: no such setting"):
         load_settings({})
+
+
+def test_relative_paths_become_absolute_from_where_the_command_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(
+        {
+            "pypto": Path("src/pypto"),
+            "workdir": Path("work"),
+            "wheelhouse": Path("../wheels"),
+            "submodule_sources": {"runtime": Path("clones/simpler")},
+        }
+    )
+    assert settings.pypto == tmp_path / "src" / "pypto"
+    assert settings.workdir == tmp_path / "work"
+    assert settings.wheelhouse == tmp_path / ".." / "wheels"
+    assert settings.submodule_sources == {"runtime": tmp_path / "clones" / "simpler"}
