@@ -91,12 +91,10 @@ def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Rec
         ledgers = [(current, False), *((path, True) for path in earlier)]
     for path, backup in ledgers:
         document = Ledger.read(path)
-        matches = [
-            a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)
-        ]
-        if run_id and matches:
+        chosen = document.select(run_id)
+        if chosen is not None:
             settings = session_copy(path, SETTINGS_NAME) if backup else None
-            return Recorded(path, settings, document, matches[-1])
+            return Recorded(path, settings, document, chosen)
     raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
 
 

@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from runner.errors import SOURCE_UNAVAILABLE, InfrastructureError, LedgerError
+from runner.errors import SOURCE_UNAVAILABLE, BadInput, InfrastructureError, LedgerError
 from runner.search import Verdict
 
 LEDGER_SCHEMA_VERSION = 1
@@ -178,6 +178,26 @@ class LedgerDocument(_Strict):
             and attempt.simpler_sha == simpler_sha
             and attempt.run_id not in dropped
         ]
+
+    def select(self, run_id: str) -> Attempt | None:
+        """The attempt a user names: by run id, else by a pypto SHA (prefix). A SHA names that
+        commit's own attempts, the pypto level's (its verdict in the bisect) before those of
+        the levels that ran it with other simpler commits, the latest of them."""
+        if not run_id:
+            return None
+        exact = [a for a in self.attempts if a.run_id == run_id]
+        if exact:
+            return exact[0]
+        matches = [a for a in self.attempts if a.pypto_sha.startswith(run_id.lower())]
+        commits = sorted({a.pypto_sha for a in matches})
+        if len(commits) > 1:
+            raise BadInput(
+                f"{run_id!r} matches several commits ({', '.join(c[:12] for c in commits)}); "
+                "give more of the SHA, or a run id from `status`"
+            )
+        own = [a for a in matches if a.level == "pypto"]
+        chosen = own or matches
+        return chosen[-1] if chosen else None
 
     def source_skips(self) -> list[Attempt]:
         """Counted skips of pairs whose sources the checkout lacked when they were tried."""

@@ -577,11 +577,9 @@ def reproduce(
     found = None
     for name, path in ledgers:
         document = Ledger.read(path)
-        matches = [
-            a for a in document.attempts if a.run_id == run_id or a.pypto_sha.startswith(run_id)
-        ]
-        if matches:
-            found = (name, path, document, matches[-1])
+        chosen = document.select(run_id)
+        if chosen is not None:
+            found = (name, path, document, chosen)
             break
     if found is None:
         raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")

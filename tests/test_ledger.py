@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.errors import LedgerError
+from runner.errors import BadInput, LedgerError
 from runner.ledger import (
     LEDGER_SCHEMA_VERSION,
     Attempt,
@@ -839,3 +839,22 @@ def test_a_new_session_keeps_the_old_ledger_as_a_named_earlier_session(
     assert session_copy(backup, "settings.json").name == f"settings.json.{name}.bak"
     with pytest.raises(LedgerError, match="no earlier session 'nope'"):
         earlier_session(ledger_path, "nope")
+
+
+def test_a_sha_names_its_commits_own_verdict_and_an_ambiguous_prefix_is_refused(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    culprit, other = "ab12" + "0" * 36, "ab34" + "0" * 36
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("r1", culprit, sha("s1"), Verdict.BAD))
+        ledger.record(make_attempt("r2", other, sha("s1"), Verdict.GOOD))
+        # the second level ran the culprit with an older simpler afterwards: it passed
+        ledger.record(make_attempt("r3", culprit, sha("s0"), Verdict.GOOD, level="simpler"))
+    doc = Ledger.read(ledger_path)
+
+    assert doc.select("r3").run_id == "r3"
+    assert doc.select("ab12").run_id == "r1", "the commit's own verdict, not a later level's"
+    assert doc.select("AB34").run_id == "r2"
+    assert doc.select("ffff") is None and doc.select("") is None
+    with pytest.raises(BadInput, match="matches several commits"):
+        doc.select("ab")
