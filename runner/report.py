@@ -403,7 +403,8 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "schema_version": REPORT_SCHEMA_VERSION,
         "source": outcome.source,
         "finished": outcome.finished,
-        "exit_code": outcome.exit_code,
+        # What `run` exits with once it has finished; none before.
+        "exit_code": outcome.exit_code if outcome.finished else None,
         "inputs": doc.inputs.model_dump(mode="json"),
         "pypto": {
             "first_bad": pypto.first_bad,
@@ -542,7 +543,8 @@ def build_markdown(
 ) -> str:
     """The human report; `data` is `build_json`'s result for the same inputs."""
     lines = ["# Precision bisect report", "", _headline(outcome, facts), ""]
-    lines += [f"- regression source: **{outcome.source}**", f"- exit code: {outcome.exit_code}"]
+    code = outcome.exit_code if outcome.finished else "none yet (not finished)"
+    lines += [f"- regression source: **{outcome.source}**", f"- exit code: {code}"]
     inputs = doc.inputs
     lines += [
         f"- range: `{inputs.good[:12]}` (good) .. `{inputs.bad[:12]}` (bad)",

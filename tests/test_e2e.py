@@ -427,6 +427,7 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     notes = " ".join(ahead.json()["notes"])
     assert "no container was started" in notes
     assert ahead.json()["finished"] is False and "would test next" in notes
+    assert ahead.json()["exit_code"] is None, "no exit code before the bisect has finished"
     headline = (workdir / "report.md").read_text()
     assert "Re-judged by max_abs_diff <= 0.005: the ledger lacks tests" in headline
     assert "rerun the same `run` command" not in headline
