@@ -604,10 +604,11 @@ def status(
         OUT.print_json(data=data)
         return
     for level in data["levels"]:
+        left, steps = level["remaining"], level["steps_left"]
         OUT.print(
-            f"{level['level']} level: {level['remaining']} candidates left between "
+            f"{level['level']} level: {left} candidate{'s' if left != 1 else ''} left between "
             f"{level['last_good'][:12]} (good) and {level['first_bad'][:12]} (bad); "
-            f"{level['tests']} tested, about {level['steps_left']} steps left"
+            f"{level['tests']} tested, about {steps} step{'s' if steps != 1 else ''} left"
         )
     OUT.print(f"state: {data['state']}")
     for package, counts in data["ccache"].items():
@@ -639,7 +640,10 @@ def _status_data(state: Any) -> dict:
                 "candidates": len(result.candidates) - 1,
                 "last_good": result.candidates[lo],
                 "first_bad": result.candidates[hi],
-                "remaining": len(result.suspects),
+                # The range shown: what plain bisection would still search (the confidence
+                # search's likeliest candidates are in `suspects`).
+                "remaining": max(1, hi - lo),
+                "suspects": len(result.suspects),
                 "tests": sum(1 for i in result.verdicts if 0 < i < len(result.candidates) - 1),
                 "steps_left": result.steps_left,
                 "done": result.done,
