@@ -38,6 +38,7 @@ from runner.execute import (
     ExampleRun,
     example_container,
 )
+from runner.images import find_test_image, image_labels, image_tag
 from runner.inputs import SNAPSHOTS
 from runner.ledger import (
     Attempt,
@@ -98,6 +99,29 @@ def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Rec
     raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
 
 
+def _test_image(client: docker.DockerClient, attempt: Attempt, base_image_id: str) -> Any:
+    """The attempt's test image, or an equal one: made from the same base and wheels (the
+    image `reproduce` layers again when the recorded one was removed)."""
+    if attempt.image_id:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            return client.images.get(attempt.image_id)
+    if "pypto" in attempt.wheel_digests:
+        labels = image_labels(
+            base_image_id=base_image_id,
+            pypto_sha=attempt.pypto_sha,
+            pypto_wheel_sha256=attempt.wheel_digests["pypto"],
+            simpler_sha=attempt.simpler_sha,
+            simpler_wheel_sha256=attempt.wheel_digests.get("simpler"),
+        )
+        equal = find_test_image(client, labels, image_tag(attempt.pypto_sha, attempt.simpler_sha))
+        if equal is not None:
+            return client.images.get(equal)
+    raise BadInput(
+        f"the test image {(attempt.image_id or 'none')[:19]} of {attempt.run_id} is no longer in "
+        "the Docker Engine; run `reproduce` to rebuild it, then export"
+    )
+
+
 def export_attempt(
     workdir: Path, run_id: str, destination: Path, session: str | None = None
 ) -> Bundle:
@@ -129,13 +153,7 @@ def export_attempt(
     if prepared.inputs.settings_digest != inputs.settings_digest:
         prepared = _prepared_from_snapshot(settings, workdir, inputs.settings_digest)
     client = prepared.client
-    try:
-        image = client.images.get(attempt.image_id)
-    except docker.errors.ImageNotFound:
-        raise BadInput(
-            f"the test image {attempt.image_id[:19]} of {attempt.run_id} is no longer in the "
-            "Docker Engine; run `reproduce` to rebuild it, then export"
-        ) from None
+    image = _test_image(client, attempt, prepared.base_image_id)
 
     created = not destination.exists()
     destination.mkdir(parents=True, exist_ok=True)

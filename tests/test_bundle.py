@@ -261,3 +261,29 @@ def test_a_run_of_an_earlier_session_is_exported_with_that_sessions_record(
         assert result.returncode == 0, result.stderr
         assert json.loads(Path(bundle, "attempt.json").read_text()) == entry
         assert json.loads(Path(bundle, "session.json").read_text()) == first["inputs"]
+
+
+def test_an_attempt_whose_image_was_removed_is_exported_after_reproduce_rebuilds_it(
+    sample_factory, bisect, tmp_path, docker_client
+):
+    sample = sample_factory(EXPORTED)
+    workdir = tmp_path / "work"
+    finished = bisect(sample, workdir=workdir)
+    assert finished.returncode == 0, finished.stderr
+    entry = culprit(finished, json.loads((workdir / "ledger.json").read_text()))
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_client.images.remove(entry["image_id"], force=True)
+
+    def export(to: Path) -> Cli:
+        return cli("export", entry["run_id"], "--workdir", str(workdir), "--to", str(to))
+
+    refused = export(tmp_path / "refused")
+    assert refused.returncode == 2 and "run `reproduce` to rebuild it" in refused.stderr
+    again = cli("reproduce", entry["run_id"], "--workdir", str(workdir))
+    assert again.returncode == 0, again.stdout + again.stderr
+
+    exported = export(tmp_path / "bundle")  # the image reproduce made: same base, same wheels
+
+    assert exported.returncode == 0, exported.stderr
+    environment = json.loads((tmp_path / "bundle" / "environment.json").read_text())
+    assert environment["test_image_id"] != entry["image_id"]
