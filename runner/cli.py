@@ -751,13 +751,20 @@ def report(
 @app.command()
 def log(workdir: WorkdirOpt = None, session: SessionOpt = None) -> None:
     """Print the first level as a `git bisect log` that `git bisect replay` accepts."""
+    from runner.history import History
     from runner.ledger import Ledger, earlier_session, to_git_bisect_log
     from runner.workflow import ledger_path
 
     with guarded():
         path = ledger_path(_workdir(workdir).resolve())
         document = Ledger.read(path if session is None else earlier_session(path, session))
-    OUT.print(to_git_bisect_log(document), markup=False, end="")
+    subjects: dict[str, str] = {}
+    with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone still replay
+        tested = {a.pypto_sha for a in document.attempts}
+        subjects = History(Path(document.inputs.pypto_repo)).subjects(
+            tested | {document.inputs.good, document.inputs.bad}
+        )
+    OUT.print(to_git_bisect_log(document, subjects), markup=False, end="")
 
 
 @app.command()

@@ -87,6 +87,7 @@ def gather_facts(
             f"bisect-precision-docker reproduce --workdir {shlex.quote(str(workdir))} "
             f"{bad_run.run_id}"
         )
-    subjects = {sha: info.subject for sha, info in commits.items()}
+    subjects = history.subjects({a.pypto_sha for a in doc.attempts if a.level == "pypto"})
+    subjects.update({sha: info.subject for sha, info in commits.items()})
     facts.bisect_log = to_git_bisect_log(doc, subjects)
     return facts

@@ -8,7 +8,7 @@ Deciding what to test is the search engine's job; this module only reports what 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -162,6 +162,19 @@ class History:
 
     def subject(self, commit: str) -> str:
         return self._run("log", "-1", "--format=%s", commit, "--", rev=commit)
+
+    def subjects(self, commits: Collection[str]) -> dict[str, str]:
+        """The subject line of each commit, in one git call (unknown commits are left out)."""
+        if not commits:
+            return {}
+        try:
+            shown = self._git.output(
+                "log", "--no-walk=unsorted", "--format=%H%x00%s", *sorted(commits), "--"
+            )
+        except GitFailed:
+            return {}
+        pairs = (line.split("\0", 1) for line in shown.splitlines() if "\0" in line)
+        return {sha: subject for sha, subject in pairs}
 
     def commit_info(self, commit: str) -> CommitInfo:
         shown = self._run("log", "-1", f"--format={_INFO_FORMAT}", commit, "--", rev=commit)

@@ -352,6 +352,10 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert report.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
     log = cli("log", "--workdir", str(workdir))
     assert "git bisect start" in log.stdout
+    comments = [line for line in log.stdout.splitlines() if line.startswith("# ")]
+    assert len(comments) > 2 and all(not line.endswith("]") for line in comments), (
+        "every commit of the log is named with its subject, not only the endpoints"
+    )
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(sample.pypto), str(clone)], check=True)
