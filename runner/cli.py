@@ -860,7 +860,7 @@ def _confirm_remove_all(cache: Any) -> bool:
     """Only a person at a terminal can say yes; a script must say --all."""
     if not sys.stdin.isatty():
         raise BadInput(
-            "cache prune without --max-size would remove every cached wheel: "
+            "cache prune without a --max-size above 0 would remove every cached wheel: "
             "pass --all to do that, or --max-size SIZE to keep the most recent"
         )
     entries = len(cache.entries())
