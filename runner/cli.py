@@ -928,26 +928,51 @@ def config_reference_command(
 @app.command()
 def cleanup(
     images: Annotated[
-        bool, typer.Option("--images", help="Also remove the per-commit test images.")
+        bool,
+        typer.Option(
+            "--images",
+            help="Also remove the per-commit test images and their shared layers (a later "
+            "export or reproduce layers them again).",
+        ),
+    ] = False,
+    builders: Annotated[
+        bool,
+        typer.Option(
+            "--builders", help="Also remove the builder images (the build tools of each era)."
+        ),
     ] = False,
 ) -> None:
-    """Remove containers left by killed runs (and, with --images, the tool's images)."""
+    """Remove containers left by killed runs (and, with --images or --builders, images the tool
+    made; an image a running container uses stays)."""
     import docker.errors
 
+    from runner.builders import BUILDER_KIND
     from runner.execute import KIND_LABEL, LABEL, connect, remove_stale_containers
 
     with guarded():
         client = connect()
         removed = remove_stale_containers(client)
-        gone = 0
-        if images:
-            tool_images = client.images.list(filters={"label": f"{LABEL}=1"})
+        gone = kept = 0
+        if images or builders:
+            tool_images = [
+                image
+                for image in client.images.list(filters={"label": f"{LABEL}=1"})
+                if (image.labels.get(KIND_LABEL) == BUILDER_KIND and builders)
+                or (image.labels.get(KIND_LABEL) != BUILDER_KIND and images)
+            ]
             # Test images before the shared layers they were made on, which cannot go first.
             for image in sorted(tool_images, key=lambda i: i.labels.get(KIND_LABEL) == "layer"):
-                with suppress(docker.errors.NotFound):
+                try:
                     client.images.remove(image.id, force=True)
                     gone += 1
-    OUT.print(f"removed {len(removed)} containers and {gone} images")
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:  # 409: a running container uses it
+                        raise
+                    kept += 1
+    in_use = f" ({kept} in use by running containers kept)" if kept else ""
+    OUT.print(f"removed {len(removed)} containers and {gone} images{in_use}")
 
 
 @app.command("export")
