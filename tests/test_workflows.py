@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,3 +221,23 @@ def test_an_input_is_data_never_shell(tmp_path, pypto):
     assert not marker.exists()
     argv = (job.workdir() / "argv.txt").read_text().splitlines()
     assert argv[argv.index("--script") + 1] == f"x.py; touch {marker} #$(touch {marker})"
+
+
+def test_jobs_sharing_a_card_wait_for_each_other_whatever_their_device_lists(tmp_path, pypto):
+    locks = tmp_path / "home" / "state" / "locks"
+    locks.mkdir(parents=True)
+    # Another job holds card 1 (its DEVICE was "1"); this one asks for cards 0 and 1.
+    held = tmp_path / "held"
+    holder = subprocess.Popen(
+        ["flock", str(locks / "device-1.lock"), "sh", "-c", f"touch {held}; sleep 2"]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job = run_job(tmp_path, pypto, exit_code=0, DEVICE="0,1")
+        assert holder.poll() is not None, "the job finished while the other held card 1"
+    finally:
+        holder.wait(timeout=30)
+    assert job.returncode == 0, job.stdout
+    assert "another bisect holds card 1" in job.stdout

@@ -91,12 +91,19 @@ if ! command -v flock >/dev/null 2>&1; then
     echo "infrastructure=true" >>"$GITHUB_OUTPUT"
     exit 4
 fi
-lock="$state/locks/device-${DEVICE//[^0-9A-Za-z,_-]/_}.lock"
-exec 9>"$lock"
-if ! flock -n 9; then
-    echo "another bisect holds device $DEVICE on this machine ($lock); waiting for it"
-    flock 9
-fi
+# One lock per card, taken in card order (so two jobs sharing cards cannot deadlock): DEVICE=0,1
+# and DEVICE=1 exclude each other, as two bisects on card 1 would share it.
+IFS=, read -r -a cards <<<"$DEVICE"
+mapfile -t cards < <(printf '%s\n' "${cards[@]}" | tr -cd '0-9\n' | sort -n -u)
+for card in "${cards[@]}"; do
+    [ -n "$card" ] || continue
+    lock="$state/locks/device-$card.lock"
+    exec {fd}>"$lock"
+    if ! flock -n "$fd"; then
+        echo "another bisect holds card $card on this machine ($lock); waiting for it"
+        flock "$fd"
+    fi
+done
 
 started="$workdir/logs/.started"
 touch "$started"
