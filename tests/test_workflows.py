@@ -241,3 +241,18 @@ def test_jobs_sharing_a_card_wait_for_each_other_whatever_their_device_lists(tmp
         holder.wait(timeout=30)
     assert job.returncode == 0, job.stdout
     assert "another bisect holds card 1" in job.stdout
+
+
+def test_a_rerun_after_pypto_lib_moved_on_resumes_at_the_sessions_first_commit(tmp_path, pypto):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _git(lib, "init", "-q")
+    first = _commit(lib, "goldens as the session started")
+    assert run_job(tmp_path, pypto, exit_code=0).returncode == 0
+    moved = _commit(lib, "an unrelated README change")
+
+    again = run_job(tmp_path, pypto, exit_code=0)
+
+    assert again.returncode == 0, again.stdout
+    assert f"pypto-lib at {first}" in again.stdout
+    assert _git(lib, "rev-parse", "HEAD") == first != moved

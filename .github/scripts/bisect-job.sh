@@ -75,6 +75,24 @@ if ! [[ "$bad" =~ ^[0-9a-f]{40}$ ]]; then
     fi
 fi
 
+# pypto-lib (the example and its goldens) is part of the session too: the first run's commit is
+# kept, so a rerun after pypto-lib moved on resumes the session instead of being refused.
+if lib_head="$(git -C "$LIB_DIR" rev-parse --verify --quiet HEAD 2>/dev/null)"; then
+    if [ -s "$workdir/lib-revision" ]; then
+        kept="$(cat "$workdir/lib-revision")"
+        if [ "$kept" != "$lib_head" ]; then
+            if ! git -C "$LIB_DIR" checkout -q --detach "$kept" 2>/dev/null; then
+                annotate error "bisect: bad input" \
+                    "pypto-lib moved since this session started at $kept, and that commit is not in the checkout; fetch it, or remove $workdir to start over"
+                exit 2
+            fi
+            echo "pypto-lib at $kept, as in the first run of this session (its HEAD is $lib_head)"
+        fi
+    else
+        echo "$lib_head" >"$workdir/lib-revision"
+    fi
+fi
+
 args=(run --pypto "$PYPTO_DIR" --lib "$LIB_DIR" --script "$SCRIPT" --good "$GOOD" --bad "$bad"
     --platform "$PLATFORM" --device "$DEVICE" --base-image "$BASE_IMAGE"
     --workdir "$workdir" --cache-dir "$cache")
