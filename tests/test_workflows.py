@@ -36,6 +36,8 @@ if code in (0, 1, 3):
         handle.write("# precision bisect report (exit %d)\\n" % code)
 if code == 0:
     print("first bad pypto commit: abc123 feat: faster softmax")
+if os.environ.get("STAND_IN_STDOUT"):
+    print(os.environ["STAND_IN_STDOUT"])
 if code in (2, 3, 4):
     print("error: " + os.environ["STAND_IN_MESSAGE"], file=sys.stderr)
 sys.exit(code)
@@ -145,7 +147,17 @@ def test_an_inconclusive_bisect_succeeds_with_a_warning(tmp_path, pypto):
     assert job.outputs["exit-code"] == "1"
     [warning] = annotations(job)
     assert warning.startswith("::warning title=bisect%3A inconclusive (exit 1)::")
+    assert "untestable commits border the culprit" in warning
     assert "precision bisect report" in job.summary
+
+
+def test_an_inconclusive_bisect_of_low_confidence_says_so_in_its_warning(tmp_path, pypto):
+    note = "note: inconclusive: low confidence at the pypto level after 40 tests; candidates: a 60%"
+    job = run_job(tmp_path, pypto, exit_code=1, STAND_IN_STDOUT=note)
+
+    [warning] = annotations(job)
+    assert "::inconclusive: low confidence at the pypto level after 40 tests" in warning
+    assert "untestable commits" not in warning
 
 
 def test_endpoints_that_do_not_reproduce_fail_with_the_tools_message(tmp_path, pypto):

@@ -132,7 +132,6 @@ echo "::stop-commands::$token"
 "$TOOL" "${args[@]}" 2>&1 | tee "$log"
 status="${PIPESTATUS[0]}"
 echo "::$token::"
-exec 9>&-
 
 echo "exit-code=$status" >>"$GITHUB_OUTPUT"
 message="$(grep '^error: ' "$log" | tail -n 1 | cut -c8-)"
@@ -141,8 +140,9 @@ case "$status" in
         annotate notice "bisect: culprit found" "$(grep -m1 -E '^(first bad|simpler commit)' "$log" || echo 'see the job summary')"
         ;;
     1)
+        why="$(grep -m1 -E '^note: (inconclusive|[0-9]+ candidates? could not be tested)' "$log" | cut -c7-)"
         annotate warning "bisect: inconclusive (exit 1)" \
-            "untestable commits border the culprit; the report in the job summary gives the candidate range"
+            "${why:-untestable commits border the culprit}; the report in the job summary gives the candidates"
         status=0
         ;;
     2)
