@@ -292,10 +292,16 @@ def _save_settings(workdir: Path, settings: Settings) -> None:
 
 
 def _keep_earlier_settings(workdir: Path, backup: Path) -> None:
-    """The earlier session's settings.json goes beside its backup ledger, for `--session`."""
+    """The earlier session's settings.json goes beside its backup ledger, for `--session`, and
+    its reproductions to that session's folder, where `reproduce --session` puts new ones."""
     current = workdir / SETTINGS_NAME
     if current.exists():
         shutil.copy2(current, session_copy(backup, SETTINGS_NAME))
+    reproductions = workdir / "reproductions"
+    if reproductions.is_dir():
+        moved = workdir / "sessions" / backup.name.split(".")[-2] / "reproductions"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(reproductions, moved)
 
 
 def load_saved_settings(workdir: Path, path: Path | None = None) -> Settings:

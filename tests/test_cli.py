@@ -345,11 +345,16 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
     evidence = referenced_files(ledger)
     assert len(evidence) > 10
     first_ids = {a["run_id"] for a in json.loads(before)["attempts"]}
+    judged = [a for a in json.loads(before)["attempts"] if a["verdict"] != "skip"]
+    assert cli("reproduce", judged[0]["run_id"], "--workdir", str(workdir)).returncode == 0
+    assert (workdir / "reproductions").is_dir()
 
     second = cli(*args, "--new-session", "--json")
     assert second.returncode == 0, second.stderr
     (backup,) = workdir.glob("ledger.json.*.bak")
     name = backup.name.split(".")[-2]
+    assert not (workdir / "reproductions").exists(), "the earlier session's reproductions moved"
+    assert (workdir / "sessions" / name / "reproductions" / "ledger.json").exists()
     for command in (
         ["status", "--session", name, "--json"],
         ["report", "--session", name, "--json"],
@@ -360,7 +365,6 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
     ):
         assert cli(*command, "--workdir", str(workdir)).returncode == 0, command
 
-    judged = [a for a in json.loads(before)["attempts"] if a["verdict"] != "skip"]
     again = cli("reproduce", judged[-1]["run_id"], "--workdir", str(workdir))
     assert again.returncode == 0, again.stderr  # found in the earlier session, and reproduced
     assert (workdir / "sessions" / name / "reproductions" / "ledger.json").exists()
