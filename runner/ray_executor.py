@@ -265,7 +265,9 @@ def run_on_ray_node(task: _RunOnNode, settings: NodeSettings) -> _Ran:
             return None
         return _local_copy(str(path), task.files[str(path)], shared, kind)
 
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_node_root()))
+    _sweep_dead_runs(_node_root())
+    # The worker's pid names the folder: a worker killed mid-run cannot remove it, the next does.
+    scratch = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=_node_root()))
     try:
         artifacts = scratch / job.run.artifacts_dir.name
         here = replace(
@@ -280,6 +282,24 @@ def run_on_ray_node(task: _RunOnNode, settings: NodeSettings) -> _Ran:
         return _Ran(report=report, artifacts=tar_directory(artifacts), facts=facts)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _sweep_dead_runs(root: Path) -> None:
+    """Remove the run folders of workers that died (killed mid-run: no `finally` ran)."""
+    for folder in root.glob("run-*-*"):
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 # -- tarballs ----------------------------------------------------------------------------------

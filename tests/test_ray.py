@@ -17,7 +17,13 @@ from runner.devices import Passthrough
 from runner.errors import InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
 from runner.executor import BuildJob, RunJob
-from runner.ray_executor import NODE_DIR_ENV, NodeSettings, RayExecutor, _require_image
+from runner.ray_executor import (
+    NODE_DIR_ENV,
+    NodeSettings,
+    RayExecutor,
+    _require_image,
+    _sweep_dead_runs,
+)
 from runner.sample.histories import SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from runner.sources import SourceExporter
@@ -356,3 +362,19 @@ def test_a_node_without_the_sessions_base_image_says_how_to_bring_it(docker_clie
         match=r"node host/0123abcd lacks the base image sha256:000.*docker load",
     ):
         _require_image(docker_client, missing, "base image")
+
+
+def test_a_killed_workers_run_folder_is_removed_by_the_next_run_on_the_node(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f"run-{dead.pid}-abc" / "001-run"
+    left.mkdir(parents=True)
+    live = tmp_path / f"run-{os.getpid()}-def"
+    live.mkdir()
+    other = tmp_path / "run-notapid"
+    other.mkdir()
+
+    _sweep_dead_runs(tmp_path)
+
+    assert not left.parent.exists()
+    assert live.is_dir() and other.is_dir()
