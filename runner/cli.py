@@ -576,16 +576,17 @@ def _print_summary(report: dict, md_path: Path) -> None:
     OUT.print(f"report: {md_path}")
 
 
-def _workdir(workdir: Path | None) -> Path:
+def _workdir(workdir: Path | None, config: Path | None = None) -> Path:
     """--workdir, else the config file's `workdir`, else ./bisect-precision."""
     if workdir is not None:
         return workdir
-    return load_settings({}, None).workdir
+    return load_settings({}, config).workdir
 
 
 @app.command()
 def status(
     workdir: WorkdirOpt = None,
+    config: ConfigOpt = None,
     cache_dir: CacheOpt = None,
     session: SessionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
@@ -595,7 +596,7 @@ def status(
     from runner.workflow import ledger_path, replay
 
     with guarded():
-        root = _workdir(workdir)
+        root = _workdir(workdir, config)
         state = replay(root, cache_dir, session)
         data = _status_data(state)
         data["session"] = session
@@ -715,6 +716,7 @@ RelDiffOpt = Annotated[
 @app.command()
 def report(
     workdir: WorkdirOpt = None,
+    config: ConfigOpt = None,
     cache_dir: CacheOpt = None,
     session: SessionOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print report.json instead.")] = False,
@@ -740,7 +742,7 @@ def report(
         if limits.active and not rethreshold:
             raise BadInput("--max-* limits on `report` need --rethreshold")
         result = rewrite_reports(
-            _workdir(workdir), cache_dir, session, limits if rethreshold else None
+            _workdir(workdir, config), cache_dir, session, limits if rethreshold else None
         )
     if json_out:
         OUT.print_json(data=result.report)
@@ -749,14 +751,14 @@ def report(
 
 
 @app.command()
-def log(workdir: WorkdirOpt = None, session: SessionOpt = None) -> None:
+def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOpt = None) -> None:
     """Print the first level as a `git bisect log` that `git bisect replay` accepts."""
     from runner.history import History
     from runner.ledger import Ledger, earlier_session, to_git_bisect_log
     from runner.workflow import ledger_path
 
     with guarded():
-        path = ledger_path(_workdir(workdir).resolve())
+        path = ledger_path(_workdir(workdir, config).resolve())
         document = Ledger.read(path if session is None else earlier_session(path, session))
     subjects: dict[str, str] = {}
     with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone still replay
@@ -774,6 +776,7 @@ def reproduce(
     ],
     workdir: WorkdirOpt = None,
     session: SessionOpt = None,
+    config: ConfigOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream logs.")] = False,
 ) -> None:
     """Run a recorded attempt again in a fresh container and compare the verdicts (an earlier
@@ -782,7 +785,7 @@ def reproduce(
 
     with guarded():
         original, again = reproduce_run(
-            _workdir(workdir),
+            _workdir(workdir, config),
             run_id,
             echo=(lambda line: ERR.print(line.rstrip())) if verbose else None,
             session=session,
@@ -983,13 +986,14 @@ def export_bundle(
     to: Annotated[Path, typer.Option("--to", metavar="DIR", help="New directory for the bundle.")],
     workdir: WorkdirOpt = None,
     session: SessionOpt = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Write a clean-room bundle of one attempt: its image, ledger entry, environment, example
     files and a run.sh that reproduces the verdict without this tool or the repositories."""
     from runner.bundle import export_attempt
 
     with guarded():
-        bundle = export_attempt(_workdir(workdir), run_id, to, session)
+        bundle = export_attempt(_workdir(workdir, config), run_id, to, session)
     attempt = bundle.attempt
     OUT.print(f"exported {attempt.run_id} ({attempt.verdict.value} {attempt.reason}) to {to}")
     OUT.print(f"image: {bundle.image_bytes / 1e6:.1f} MB gzipped; reproduce with: {to}/run.sh")

@@ -562,3 +562,11 @@ def test_cards_per_test_on_the_simulator_is_refused(sample, tmp_path):
     args = args_with(sample, tmp_path, platform="a2a3sim")
     result = cli(*args, "--device", "0,1", "--cards-per-test", "2")
     assert_one_line_error(result, 2, "--cards-per-test 2: the simulator uses no cards")
+
+
+@pytest.mark.parametrize("command", [["status"], ["report"], ["log"], ["reproduce", "001"]])
+def test_the_commands_after_a_run_find_the_workdir_through_config(tmp_path, command):
+    config = tmp_path / "elsewhere.toml"
+    config.write_text('workdir = "sessions/w"\n')
+    result = cli(*command, "--config", str(config), cwd=tmp_path / "..")
+    assert result.returncode == 2 and str(tmp_path / "sessions" / "w") in result.stderr
