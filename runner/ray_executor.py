@@ -382,7 +382,7 @@ class RayExecutor(Executor):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InfrastructureError(
                 f"cannot join the Ray cluster at {address!r} ({first}); start one with "
-                "`ray start --head` or pass --ray-address HOST:PORT"
+                f"`ray start --head` or pass --ray-address HOST:PORT{_auth_hint()}"
             ) from None
         _cluster_messages_to_stderr(ray)
         token = uuid.uuid4().hex
@@ -639,6 +639,18 @@ def _check_reachable(ray: Any, address: str) -> None:
             f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
             "`ray start --head` or pass the head's --ray-address HOST:PORT"
         ) from None
+
+
+def _auth_hint() -> str:
+    """`ray start --head` turns token authentication on by itself when a token file exists, and
+    a driver without RAY_AUTH_MODE=token is then refused with nothing but a log line."""
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if os.environ.get("RAY_AUTH_MODE") or not token.is_file():
+        return ""
+    return (
+        f"; a Ray token exists ({token}): if the cluster uses token authentication, set "
+        "RAY_AUTH_MODE=token"
+    )
 
 
 def _cluster_messages_to_stderr(ray: Any) -> None:

@@ -21,6 +21,7 @@ from runner.ray_executor import (
     NODE_DIR_ENV,
     NodeSettings,
     RayExecutor,
+    _auth_hint,
     _require_image,
     _sweep_dead_runs,
 )
@@ -378,3 +379,16 @@ def test_a_killed_workers_run_folder_is_removed_by_the_next_run_on_the_node(tmp_
 
     assert not left.parent.exists()
     assert live.is_dir() and other.is_dir()
+
+
+def test_a_refused_join_mentions_token_authentication_only_when_a_token_is_there(
+    tmp_path, monkeypatch
+):
+    token = tmp_path / "auth_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert _auth_hint() == ""
+    token.write_text("secret\n")
+    assert "set RAY_AUTH_MODE=token" in _auth_hint()
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert _auth_hint() == "", "already asked for: the cause is elsewhere"
