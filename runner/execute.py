@@ -129,14 +129,14 @@ def owner_is_alive(labels: Mapping[str, str]) -> bool | None:
     pid = int(pid_text)
     identity = labels.get(PROCESS_LABEL)
     if identity is None:
-        return _pid_answers(pid)  # labelled by an earlier version: host and pid only
+        return pid_answers(pid)  # labelled by an earlier version: host and pid only
     namespace, boot, started = [*identity.split(";"), "", "", ""][:3]
     here = _pid_namespace()
     if "unknown" in (namespace, here) or namespace != here:
         return None
     if boot != (_read("/proc/sys/kernel/random/boot_id") or "unknown"):
         return None if boot == "unknown" else False  # the machine restarted since
-    if not _pid_answers(pid):
+    if not pid_answers(pid):
         return False
     try:
         proc_is_ours = os.readlink("/proc/self") == str(os.getpid())
@@ -148,7 +148,8 @@ def owner_is_alive(labels: Mapping[str, str]) -> bool | None:
     return now == started  # False: the pid now belongs to another process, the owner is gone
 
 
-def _pid_answers(pid: int) -> bool:
+def pid_answers(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

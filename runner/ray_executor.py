@@ -43,7 +43,7 @@ from platformdirs import user_cache_dir
 from runner.builders import Builder, find_builder, image_present
 from runner.devices import DeviceMode, is_simulator, passthrough
 from runner.errors import BadInput, BisectError, InfrastructureError
-from runner.execute import Cancelled, connect, remove_stale_containers
+from runner.execute import Cancelled, connect, pid_answers, remove_stale_containers
 from runner.executor import (
     BuildJob,
     Executor,
@@ -288,18 +288,8 @@ def _sweep_dead_runs(root: Path) -> None:
     """Remove the run folders of workers that died (killed mid-run: no `finally` ran)."""
     for folder in root.glob("run-*-*"):
         pid = folder.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_answers(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 # -- tarballs ----------------------------------------------------------------------------------
