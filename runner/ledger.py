@@ -167,16 +167,20 @@ class LedgerDocument(_Strict):
         found = self.find_all(pypto_sha, simpler_sha)
         return found[-1] if found else None
 
+    def counted(self) -> list[Attempt]:
+        """The attempts that count, in recording order: all but the superseded ones."""
+        if not self.superseded:
+            return self.attempts
+        dropped = set(self.superseded)
+        return [attempt for attempt in self.attempts if attempt.run_id not in dropped]
+
     def find_all(self, pypto_sha: str, simpler_sha: str | None) -> list[Attempt]:
         """Every counted attempt for exactly this pair, in recording order (a flaky example is
         re-run); superseded ones are left out."""
-        dropped = set(self.superseded)
         return [
             attempt
-            for attempt in self.attempts
-            if attempt.pypto_sha == pypto_sha
-            and attempt.simpler_sha == simpler_sha
-            and attempt.run_id not in dropped
+            for attempt in self.counted()
+            if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha
         ]
 
     def select(self, run_id: str) -> Attempt | None:
@@ -201,13 +205,10 @@ class LedgerDocument(_Strict):
 
     def source_skips(self) -> list[Attempt]:
         """Counted skips of pairs whose sources the checkout lacked when they were tried."""
-        dropped = set(self.superseded)
         return [
             a
-            for a in self.attempts
-            if a.verdict is Verdict.SKIP
-            and a.reason.startswith(SOURCE_UNAVAILABLE)
-            and a.run_id not in dropped
+            for a in self.counted()
+            if a.verdict is Verdict.SKIP and a.reason.startswith(SOURCE_UNAVAILABLE)
         ]
 
 

@@ -357,10 +357,9 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
         suspects["pypto"] = set(outcome.pypto.suspects)
     if outcome.simpler is not None and outcome.simpler.found is None:
         suspects["simpler"] = set(outcome.simpler.suspects)
-    dropped = set(doc.superseded)
     reasons: dict[str, set[str]] = {}
-    for attempt in doc.attempts:
-        if attempt.verdict is not Verdict.SKIP or attempt.run_id in dropped:
+    for attempt in doc.counted():
+        if attempt.verdict is not Verdict.SKIP:
             continue
         tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha
         if tested in suspects.get(attempt.level, ()):
