@@ -42,15 +42,11 @@ from runner.images import find_test_image, image_labels, image_tag
 from runner.inputs import SNAPSHOTS
 from runner.ledger import (
     Attempt,
-    Ledger,
     LedgerDocument,
-    earlier_session,
-    earlier_sessions,
-    session_copy,
 )
 from runner.prepare import Prepared, prepare, writable_directory
 from runner.verdict import VerdictPatterns
-from runner.workflow import SETTINGS_NAME, ledger_path, load_saved_settings, run_settings
+from runner.workflow import find_recorded, load_saved_settings, run_settings
 
 BUNDLE_FORMAT = 1
 IMAGE_FILE = "image.tar.gz"
@@ -68,35 +64,6 @@ class Bundle:
     directory: Path
     attempt: Attempt
     image_bytes: int
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """Where a recorded attempt lives: its ledger file and the settings its session ran with."""
-
-    ledger: Path
-    settings: Path | None  # None = the workdir's own settings.json
-    document: LedgerDocument
-    attempt: Attempt
-
-
-def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Recorded:
-    """A run id, or a pypto SHA prefix (its latest attempt), looked up as `reproduce` does: in
-    the current session, then the earlier ones (run ids are unique across them), or only in
-    `session`."""
-    current = ledger_path(workdir)
-    if session is not None:
-        ledgers = [(earlier_session(current, session), True)]
-    else:
-        earlier = reversed(list(earlier_sessions(current).values()))
-        ledgers = [(current, False), *((path, True) for path in earlier)]
-    for path, backup in ledgers:
-        document = Ledger.read(path)
-        chosen = document.select(run_id)
-        if chosen is not None:
-            settings = session_copy(path, SETTINGS_NAME) if backup else None
-            return Recorded(path, settings, document, chosen)
-    raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
 
 
 def _test_image(client: docker.DockerClient, attempt: Attempt, base_image_id: str) -> Any:

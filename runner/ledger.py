@@ -489,10 +489,14 @@ def earlier_session(path: Path, name: str) -> Path:
     raise LedgerError(f"no earlier session {name!r} in {path.parent} (earlier sessions: {known})")
 
 
+def session_name(backup: Path) -> str:
+    """The name `--session` takes for the session backed up as ``backup``: its timestamp."""
+    return backup.name.split(".")[-2]
+
+
 def session_copy(backup: Path, name: str) -> Path:
     """Where a file of the session backed up as ``backup`` is kept, e.g. its settings.json."""
-    stamp = backup.name.split(".")[-2]
-    return backup.with_name(f"{name}.{stamp}.bak")
+    return backup.with_name(f"{name}.{session_name(backup)}.bak")
 
 
 def _lock_path(path: Path) -> Path:

@@ -46,6 +46,7 @@ from runner.ledger import (
     earlier_session,
     earlier_sessions,
     session_copy,
+    session_name,
 )
 from runner.prepare import Prepared, extra_repos, make_provisioner, prepare
 from runner.report import write_reports
@@ -299,7 +300,7 @@ def _keep_earlier_settings(workdir: Path, backup: Path) -> None:
         shutil.copy2(current, session_copy(backup, SETTINGS_NAME))
     reproductions = workdir / "reproductions"
     if reproductions.is_dir():
-        moved = workdir / "sessions" / backup.name.split(".")[-2] / "reproductions"
+        moved = session_folder(workdir, backup) / "reproductions"
         moved.parent.mkdir(parents=True, exist_ok=True)
         os.replace(reproductions, moved)
 
@@ -545,7 +546,7 @@ def rewrite_reports(
             )
     out = state.workdir
     if session is not None:
-        out = out / "sessions" / earlier_session(ledger_path(out), session).name.split(".")[-2]
+        out = session_folder(out, earlier_session(ledger_path(out), session))
     return _write(out, state.document, state.outcome, state.history, state.exporter, None)
 
 
@@ -562,6 +563,39 @@ def _write(
     return RunResult(outcome, json_path, md_path, data)
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """Where a recorded attempt lives: its ledger file and the settings its session ran with."""
+
+    ledger: Path
+    settings: Path | None  # None = the workdir's own settings.json
+    document: LedgerDocument
+    attempt: Attempt
+
+
+def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Recorded:
+    """A run id, or a pypto SHA (prefix; see `LedgerDocument.select`), looked up in the current
+    session, then the earlier ones (run ids are unique across them), or only in `session`."""
+    current = ledger_path(workdir)
+    if session is not None:
+        ledgers = [(earlier_session(current, session), True)]
+    else:
+        earlier = reversed(list(earlier_sessions(current).values()))
+        ledgers = [(current, False), *((path, True) for path in earlier)]
+    for path, backup in ledgers:
+        document = Ledger.read(path)
+        chosen = document.select(run_id)
+        if chosen is not None:
+            settings = session_copy(path, SETTINGS_NAME) if backup else None
+            return Recorded(path, settings, document, chosen)
+    raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
+
+
+def session_folder(workdir: Path, backup: Path) -> Path:
+    """Where the reports and reproductions of the earlier session backed up as `backup` go."""
+    return workdir / "sessions" / session_name(backup)
+
+
 def reproduce(
     workdir: Path,
     run_id: str,
@@ -574,25 +608,10 @@ def reproduce(
     unique across them), or only in ``session``; it is rebuilt with its own session's settings.
     """
     workdir = workdir.expanduser().resolve()
-    current = ledger_path(workdir)
-    if session is not None:
-        ledgers = [(session, earlier_session(current, session))]
-    else:
-        earlier = reversed(list(earlier_sessions(current).items()))
-        ledgers = [(None, current), *earlier]
-    found = None
-    for name, path in ledgers:
-        document = Ledger.read(path)
-        chosen = document.select(run_id)
-        if chosen is not None:
-            found = (name, path, document, chosen)
-            break
-    if found is None:
-        raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
-    name, path, document, original = found
-    saved = None if name is None else session_copy(path, SETTINGS_NAME)
-    settings = load_saved_settings(workdir, saved)
-    inputs = document.inputs
+    recorded = find_recorded(workdir, run_id, session)
+    original = recorded.attempt
+    settings = load_saved_settings(workdir, recorded.settings)
+    inputs = recorded.document.inputs
     settings = settings.model_copy(
         update={
             "pypto": Path(inputs.pypto_repo),
@@ -608,8 +627,8 @@ def reproduce(
             f"{inputs.base_image_id[:19]} the verdict was made with; load that image to reproduce"
         )
     repro_dir = workdir / "reproductions"
-    if name is not None:
-        repro_dir = workdir / "sessions" / path.name.split(".")[-2] / "reproductions"
+    if recorded.settings is not None:  # an earlier session's attempt
+        repro_dir = session_folder(workdir, recorded.ledger) / "reproductions"
     repro_ledger = repro_dir / LEDGER_NAME
     # Reproductions of another session's inputs are kept as a backup, like --new-session does.
     other = repro_ledger.exists() and Ledger.read(repro_ledger).inputs != prepared.inputs
