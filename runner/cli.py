@@ -804,12 +804,14 @@ def _size(text: str) -> int:
     raw = text.strip().lower().removesuffix("b").removesuffix("i")
     number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in units else (raw, "")
     try:
-        size = int(float(number) * units[unit])
+        size = float(number) * units[unit]
     except ValueError:
         raise BadInput(f"--max-size {text}: give a size such as 500M or 20G") from None
-    if size < 0 or not math.isfinite(float(number)):
-        raise BadInput(f"--max-size {text}: a size cannot be negative; give one such as 20G")
-    return size
+    if not math.isfinite(size) or size < 0:
+        raise BadInput(
+            f"--max-size {text}: a size cannot be negative or infinite; give one such as 20G"
+        )
+    return int(size)
 
 
 def _cache(cache_dir: Path | None, *, existing: bool = False):

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from collections import Counter
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
@@ -373,7 +374,7 @@ class Settings(BaseSettings):
         parts = [p.strip() for p in str(value).split(",")]
         if not all(p.isdigit() for p in parts):
             raise ValueError(f"device must be a card number or a comma list of them, not {value!r}")
-        twice = sorted({int(p) for p in parts if [int(q) for q in parts].count(int(p)) > 1})
+        twice = sorted(card for card, n in Counter(int(p) for p in parts).items() if n > 1)
         if twice:
             # Two lanes on one card would run two examples on it at once.
             raise ValueError(f"device lists card {twice[0]} more than once: {value!r}")

@@ -535,7 +535,7 @@ def rewrite_reports(
         limits = ", ".join(f"{k} <= {v:g}" for k, v in rethreshold.limits.items() if v is not None)
         state.outcome.rejudged = limits or "the example PASS/FAIL"
         state.outcome.notes.append(
-            f"re-judged from the recorded figures ({limits or 'the example PASS/FAIL'}); "
+            f"re-judged from the recorded figures ({state.outcome.rejudged}); "
             "no container was started"
         )
         pending = state.outcome.pending

@@ -428,6 +428,7 @@ def test_more_cpus_than_the_engine_has_is_bad_input_before_any_build(sample, tmp
     ("extra", "fragment"),
     [
         (["--max-size", "-5G"], "cannot be negative"),
+        (["--max-size", "inf"], "cannot be negative or infinite"),
         (["--all", "--max-size", "1G"], "cannot go with --max-size"),
         (["--max-size", "0"], "--all"),
     ],
