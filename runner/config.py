@@ -28,6 +28,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -188,6 +189,10 @@ class Settings(BaseSettings):
         extra="forbid",
         validate_default=True,
     )
+
+    # How each setting that did not come from a flag was given, for messages about its value:
+    # its environment variable, or the config file and key (see `given_as`).
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
     pypto: Path | None = Field(default=None, description="The pypto checkout (only read).")
     simpler: Path | None = Field(
@@ -439,6 +444,11 @@ class Settings(BaseSettings):
     def cache_root(self) -> Path:
         return default_cache_dir() if self.cache_dir is None else self.cache_dir.expanduser()
 
+    def given_as(self, key: str) -> str:
+        """Where the user set `key`, to open a message about its value: the flag (also the
+        default's name), else the environment variable, else the config file and key."""
+        return self._origins.get(key) or flag_name(key)
+
     def run_digest(self) -> str:
         """What can change a verdict besides the commits: the ledger refuses to mix two of these."""
         keys: dict[str, Any] = {
@@ -601,7 +611,15 @@ def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Set
     _check_env_json()
     token = _CONFIG_FILE.set(file)
     try:
-        return _absolute(Settings(**given))
+        settings = _absolute(Settings(**given))
+        env = _env_values()
+        in_file = read_config_file(file).keys() if file is not None else set()
+        settings._origins = {
+            name: _where((name,), given, env, file)
+            for name in Settings.model_fields
+            if name not in given and (name in env or name in in_file)
+        }
+        return settings
     except ValidationError as exc:
         first = exc.errors()[0]
         where = _where(tuple(first["loc"]), given, _env_values(), file)

@@ -64,7 +64,7 @@ def _directory(value: Path | None, flag: str, what: str, given: str | None = Non
     return path
 
 
-def _fits_the_engine(client: docker.DockerClient, cpus: float) -> None:
+def _fits_the_engine(client: docker.DockerClient, cpus: float, given_as: str = "--cpus") -> None:
     """The engine refuses a container with more CPUs than its host has: say so before the
     first build, not as three infrastructure failures."""
     try:
@@ -73,7 +73,7 @@ def _fits_the_engine(client: docker.DockerClient, cpus: float) -> None:
         raise InfrastructureError(f"the Docker Engine did not answer `docker info`: {exc}") from exc
     if available and cpus > available:
         raise BadInput(
-            f"--cpus {cpus:g} is more than the {available} CPUs of the Docker Engine's host"
+            f"{given_as} {cpus:g} is more than the {available} CPUs of the Docker Engine's host"
         )
 
 
@@ -93,14 +93,14 @@ def writable_directory(value: Path, flag: str) -> Path:
     return path
 
 
-def _script(lib: Path, script: str | None) -> str:
+def _script(lib: Path, script: str | None, given_as: str = "--script") -> str:
     if not script:
         raise BadInput("--script is required: the example to run, relative to --lib")
     relative = PurePosixPath(script)
     if relative.is_absolute() or ".." in relative.parts:
-        raise BadInput(f"--script {script}: give a path inside --lib, relative to it")
+        raise BadInput(f"{given_as} {script}: give a path inside --lib, relative to it")
     if not (lib / relative).is_file():
-        raise BadInput(f"--script {script}: no such file in {lib}")
+        raise BadInput(f"{given_as} {script}: no such file in {lib}")
     return relative.as_posix()
 
 
@@ -169,7 +169,9 @@ def make_provisioner(
     """Builder images for this base image, with tools from --wheelhouse or pip's indexes."""
     wheelhouse = settings.wheelhouse.expanduser().resolve() if settings.wheelhouse else None
     if wheelhouse is not None and not wheelhouse.is_dir():
-        raise BadInput(f"--wheelhouse {settings.wheelhouse}: no such directory")
+        raise BadInput(
+            f"{settings.given_as('wheelhouse')} {settings.wheelhouse}: no such directory"
+        )
     return Provisioner(
         client,
         base_image_id=base_image_id,
@@ -186,7 +188,7 @@ def prepare_builders(
     settings: Settings, *, echo: Callable[[str], None] | None = None
 ) -> list[Planned]:
     """`builder prepare`: every builder image the range may need, built before a run."""
-    pypto_path = _directory(settings.pypto, "--pypto", "the pypto checkout")
+    pypto_path = _directory(settings.pypto, settings.given_as("pypto"), "the pypto checkout")
     history = History(pypto_path)
     if not settings.known_good:
         raise BadInput("no known-good commit: pass --good REV (the range starts there)")
@@ -205,11 +207,11 @@ def prepare_builders(
 
 
 def prepare(settings: Settings) -> Prepared:
-    pypto_path = _directory(settings.pypto, "--pypto", "the pypto checkout")
+    pypto_path = _directory(settings.pypto, settings.given_as("pypto"), "the pypto checkout")
     history = History(pypto_path)
     extra = extra_repos(settings)
-    lib = _directory(settings.lib, "--lib", "the pypto-lib checkout")
-    script = _script(lib, settings.script)
+    lib = _directory(settings.lib, settings.given_as("lib"), "the pypto-lib checkout")
+    script = _script(lib, settings.script, settings.given_as("script"))
     if not settings.known_good:
         raise BadInput(
             "no known-good commit: pass --good REV or set known_good in bisect-precision.toml"
@@ -228,8 +230,8 @@ def prepare(settings: Settings) -> Prepared:
             content[key] = tree_digest(root.expanduser())
     lib_digest = tree_digest(lib)
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
-    writable_directory(settings.workdir, "--workdir")
-    writable_directory(settings.cache_root(), "--cache-dir")
+    writable_directory(settings.workdir, settings.given_as("workdir"))
+    writable_directory(settings.cache_root(), settings.given_as("cache_dir"))
     if settings.executor == "ray":
         # Ray picks the cards; each node checks its own devices when a run lands there.
         parse_device_map(settings.device_map)
@@ -242,7 +244,7 @@ def prepare(settings: Settings) -> Prepared:
     client = connect()
     image_id = base_image_id(client, settings.base_image)
     if settings.cpus is not None and settings.executor != "ray":
-        _fits_the_engine(client, settings.cpus)
+        _fits_the_engine(client, settings.cpus, settings.given_as("cpus"))
     workdir = settings.workdir.expanduser().resolve()
     cache_root = settings.cache_root().resolve()
     inputs = SessionInputs(
@@ -293,8 +295,8 @@ def device_slots(settings: Settings, cores: int | None = None) -> list[Slot]:
     if is_simulator(settings.platform):
         if settings.cards_per_test != 1:
             raise BadInput(
-                f"--cards-per-test {settings.cards_per_test}: the simulator uses no cards; each "
-                "--device value is one lane"
+                f"{settings.given_as('cards_per_test')} {settings.cards_per_test}: the simulator "
+                "uses no cards; each --device value is one lane"
             )
         share = None
         if len(names) > 1 and settings.cpus is None:

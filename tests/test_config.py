@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from runner.config import (
     load_settings,
 )
 from runner.errors import BadInput
+from runner.prepare import prepare
 from runner.reference import config_reference
 
 
@@ -356,3 +358,23 @@ def test_relative_paths_become_absolute_from_where_the_command_runs(tmp_path, mo
     assert settings.workdir == tmp_path / "work"
     assert settings.wheelhouse == tmp_path / ".." / "wheels"
     assert settings.submodule_sources == {"runtime": tmp_path / "clones" / "simpler"}
+
+
+def test_a_bad_value_found_later_is_named_where_the_user_set_it(tmp_path, monkeypatch):
+    """Paths are checked when a run starts, not when settings load: the message must still name
+    the config file's key or the variable, not a flag the user never typed."""
+    config = tmp_path / "bisect-precision.toml"
+    config.write_text('pypto = "gone"\nwheelhouse = "nowhere"\n')
+    monkeypatch.chdir(tmp_path)
+
+    settings = load_settings({}, config)
+    assert settings.given_as("wheelhouse") == f"{config}: wheelhouse"
+    assert settings.given_as("script") == "--script"  # never set: named by its flag
+    with pytest.raises(BadInput, match=rf"^{re.escape(str(config))}: pypto \S+gone: no such"):
+        prepare(settings)
+
+    monkeypatch.setenv("BISECT_PRECISION_PYPTO", str(tmp_path / "elsewhere"))
+    with pytest.raises(BadInput, match=r"^BISECT_PRECISION_PYPTO \S+elsewhere: no such"):
+        prepare(load_settings({}, config))
+    with pytest.raises(BadInput, match=r"^--pypto \S+flagged: no such"):
+        prepare(load_settings({"pypto": tmp_path / "flagged"}, config))
