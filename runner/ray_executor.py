@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tarfile
 import tempfile
 import threading
@@ -650,6 +651,9 @@ def _cluster_messages_to_stderr(ray: Any) -> None:
     original = getattr(worker, "print_to_stdstream", None)
     if original is None or getattr(original, "to_stderr", False):
         return
+    if os.environ.get("NO_COLOR") or not sys.stderr.isatty():
+        # Ray colours its "(raylet)" prefixes unless told not to, even in a CI log or a file.
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
     def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
         original({**data, "is_err": True}, ignore_prefix)

@@ -22,6 +22,7 @@ from runner.ray_executor import (
     NodeSettings,
     RayExecutor,
     _auth_hint,
+    _cluster_messages_to_stderr,
     _require_image,
     _sweep_dead_runs,
 )
@@ -392,3 +393,25 @@ def test_a_refused_join_mentions_token_authentication_only_when_a_token_is_there
     assert "set RAY_AUTH_MODE=token" in _auth_hint()
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert _auth_hint() == "", "already asked for: the cause is elsewhere"
+
+
+def test_cluster_messages_go_to_stderr_without_colour_codes_off_a_terminal(capsys, monkeypatch):
+    """Ray's own printer, as the driver calls it for a raylet event: in a CI log or a file the
+    line must read "(raylet) ...", not carry escape codes."""
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "unset below; restored after the test")
+    monkeypatch.delenv("RAY_COLOR_PREFIX")
+    worker = ray._private.worker
+    monkeypatch.setattr(worker, "print_to_stdstream", worker.print_to_stdstream)
+    _cluster_messages_to_stderr(ray)
+
+    event = "Raylet is terminated. Termination is unexpected."
+    worker.print_to_stdstream(
+        {"pid": "raylet", "ip": "10.0.0.2", "localhost": "10.0.0.1", "lines": [event]},
+        ignore_prefix=False,
+    )
+
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"(raylet, ip=10.0.0.2) {event}" in err
+    assert "\x1b[" not in err
