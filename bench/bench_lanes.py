@@ -8,7 +8,7 @@ code, the regression in a simpler commit inside the first), once with pure-Pytho
 once with the native C/C++ sample, each lane count with a fresh workdir and wheel cache. It
 prints tests, rounds, wall time and the ratio; it asserts no timing.
 
-    python -m bench.bench_lanes [--only python,native] [--repeat N]
+    python -m bench.bench_lanes [--only python,native] [--repeat N] [--tool-arg=--flag=value]
 
 Each lane count runs `--repeat` times (default 2, alternating), since one run on a shared 2-core
 machine varies by a few seconds; the table shows every wall time and the ratio of their means.
@@ -47,7 +47,9 @@ def spec(native: bool) -> SampleSpec:
     )
 
 
-def run(root: Path, name: str, lanes: str, base_image: str, sample: Sample) -> dict[str, object]:
+def run(
+    root: Path, name: str, lanes: str, base_image: str, sample: Sample, extra: list[str]
+) -> dict[str, object]:
     workdir, cache = root / f"{name}-work", root / f"{name}-cache"
     arguments = run_arguments(
         pypto=sample.pypto,
@@ -58,7 +60,7 @@ def run(root: Path, name: str, lanes: str, base_image: str, sample: Sample) -> d
         base_image=base_image,
         wheelhouse=checkout_wheelhouse(),
     )
-    args = on_simulator(arguments, lanes)
+    args = [*on_simulator(arguments, lanes), *extra]
     started = time.perf_counter()
     completed = subprocess.run(
         [sys.executable, "-m", "runner.cli", *args, "--json"],
@@ -85,6 +87,12 @@ def main() -> int:
     parser.add_argument("--base-image", default="bisect-precision-test-base:bookworm")
     parser.add_argument("--only", default="python,native")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--tool-arg",
+        action="append",
+        default=[],
+        help="an extra flag for every run, e.g. --tool-arg=--build-jobs=3",
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}")
     failed = False
@@ -95,8 +103,8 @@ def main() -> int:
             sample = make_sample(root / "sample", spec(native=kind == "native"))
             ones, twos = [], []
             for r in range(args.repeat):
-                ones.append(run(root, f"one-{r}", "0", args.base_image, sample))
-                twos.append(run(root, f"two-{r}", "0,1", args.base_image, sample))
+                ones.append(run(root, f"one-{r}", "0", args.base_image, sample, args.tool_arg))
+                twos.append(run(root, f"two-{r}", "0,1", args.base_image, sample, args.tool_arg))
             same = all(x["culprits"] == ones[0]["culprits"] for x in [*ones, *twos])
             failed |= not same
             rows.append((kind, ones, twos, same))
