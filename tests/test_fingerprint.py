@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 
 from runner import fingerprint
 from runner.fingerprint import changes, describe, host_facts, parse_probe
 from runner.ledger import Attempt
-from runner.search import Verdict
+from tests.fixtures.attempts import recorded
 
 
 def attempt(run_id: str, **fingerprint: str) -> Attempt:
-    now = datetime.now(timezone.utc)
-    return Attempt(
-        run_id=run_id,
-        level="pypto",
-        pypto_sha="a" * 40,
-        simpler_sha=None,
-        verdict=Verdict.GOOD,
-        fingerprint=fingerprint,
-        started_at=now,
-        finished_at=now,
-    )
+    return recorded(run_id, fingerprint=fingerprint)
 
 
 def test_a_change_is_placed_between_the_last_old_and_the_first_new_attempt():

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import zipfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 from runner.ledger import Attempt
 from runner.noop import identical_build, wheel_content_digest
 from runner.search import Verdict
+from tests.fixtures.attempts import recorded
 
 
 def wheel(path: Path, version: str, code: str, stamp: tuple) -> Path:
@@ -33,20 +33,10 @@ def test_a_rebuild_with_other_timestamps_and_version_has_the_same_contents(tmp_p
 
 
 def attempt(contents: str | None, simpler: str | None = None) -> Attempt:
-    now = datetime.now(timezone.utc)
     wheels = {"pypto": contents} if contents else {}
     if simpler is not None:
         wheels["simpler"] = simpler
-    return Attempt(
-        run_id=f"r{contents}",
-        level="pypto",
-        pypto_sha="b" * 40,
-        simpler_sha=None,
-        verdict=Verdict.BAD,
-        wheel_contents=wheels,
-        started_at=now,
-        finished_at=now,
-    )
+    return recorded(f"r{contents}", pypto="b" * 40, verdict=Verdict.BAD, wheel_contents=wheels)
 
 
 def test_only_equal_wheels_and_identical_generated_code_make_a_no_op():

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from runner.ledger import Attempt
 from runner.plots import plot, present, series
 from runner.search import Verdict
+from tests.fixtures.attempts import recorded
 
 SHAS = [f"{i:040x}" for i in range(6)]
 
 
 def attempt(n: int, index: int, verdict: Verdict, **metrics: float) -> Attempt:
-    now = datetime.now(timezone.utc)
-    return Attempt(
-        run_id=f"{n:03d}",
-        level="pypto",
-        pypto_sha=SHAS[index],
-        simpler_sha=None,
-        verdict=verdict,
-        metrics=metrics,
-        started_at=now,
-        finished_at=now,
-    )
+    return recorded(f"{n:03d}", pypto=SHAS[index], verdict=verdict, metrics=metrics)
 
 
 RUNS = [

@@ -28,6 +28,7 @@ from runner.search import Verdict
 from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session, _builds_from
 from runner.verdict import Tolerance
 from runner.workflow import endpoint_error
+from tests.fixtures.attempts import recorded
 
 SMALL = {
     "pypto_commits": 8,
@@ -77,15 +78,8 @@ class SpecTester:
         return self.record(level, pypto, simpler, verdict)
 
     def record(self, level: Level, pypto: str, simpler: str | None, verdict: Verdict) -> Attempt:
-        now = datetime.now(timezone.utc)
-        attempt = Attempt(
-            run_id=f"{len(self.attempts):03d}",
-            level=level,
-            pypto_sha=pypto,
-            simpler_sha=simpler,
-            verdict=verdict,
-            started_at=now,
-            finished_at=now,
+        attempt = recorded(
+            f"{len(self.attempts):03d}", level=level, pypto=pypto, simpler=simpler, verdict=verdict
         )
         self.tested.append((level, pypto, simpler))
         self.attempts.append(attempt)
@@ -773,17 +767,7 @@ def test_a_lie_that_sends_the_search_into_a_bump_is_undone_by_the_joint_chain(sa
     ],
 )
 def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, advice):
-    now = datetime.now(timezone.utc)
-    attempt = Attempt(
-        run_id="001",
-        level="pypto",
-        pypto_sha="a" * 40,
-        simpler_sha=None,
-        verdict=Verdict.SKIP,
-        reason=reason,
-        started_at=now,
-        finished_at=now,
-    )
+    attempt = recorded(verdict=Verdict.SKIP, reason=reason)
     for which in ("good", "bad"):
         message = str(endpoint_error(EndpointFailure(which, attempt)))
         assert f"the known-{which} commit aaaaaaaaaaaa could not be tested" in message
