@@ -294,6 +294,7 @@ NATIVE = SampleSpec(
     native=True,
     pypto_new_era_at=4,
     simpler_new_era_at=2,
+    compile_work=1,  # each commit's changed unit is C++ the compiler must work at, as in bench
 )
 
 

@@ -23,7 +23,7 @@ from runner.sample.histories import (
     make_sample,
     spread_bumps,
 )
-from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
+from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto, write_simpler
 from runner.sources import SourceExporter
 
 BACKWARD = SampleSpec(bumps=((6, 6), (9, 4)))
@@ -416,3 +416,19 @@ def test_an_example_given_seconds_waits_that_long_and_still_passes(tmp_path):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "[RUN] PASS" in completed.stdout
     assert time.monotonic() - started >= 1.5
+
+
+def test_compile_work_goes_into_the_unit_each_commit_changes_and_differs_per_commit(tmp_path):
+    """The bench's model of real C++ builds (the compiler itself run by the builder tests)."""
+    for revision in (3, 4):
+        write_pypto(tmp_path / f"pypto{revision}", revision=revision, native=True, compile_work=2)
+        write_simpler(
+            tmp_path / f"simpler{revision}", revision=revision, native=True, compile_work=2
+        )
+    units = [(tmp_path / f"pypto{r}" / "src" / "codegen.cpp").read_text() for r in (3, 4)]
+    assert all(unit.count("static_assert(churn(") == 2 for unit in units)
+    assert units[0] != units[1]
+    assert "src/tuning.cpp" in (tmp_path / "simpler3" / "CMakeLists.txt").read_text()
+    write_simpler(tmp_path / "simpler3", revision=5, native=True)  # work taken out again
+    assert not (tmp_path / "simpler3" / "src" / "tuning.cpp").exists()
+    assert "tuning.cpp" not in (tmp_path / "simpler3" / "CMakeLists.txt").read_text()

@@ -135,6 +135,9 @@ class SampleSpec:
     simpler_new_era_at: int | None = None
     # Seconds the example waits for the "card" (a sleep, leaving the CPUs free), as an NPU run does.
     example_seconds: float = 0.0
+    # Native only: compile-time work (`packages.COMPILE_UNIT` each) in the translation unit every
+    # commit changes, so an incremental build costs what the commit's recompiled C++ costs.
+    compile_work: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -397,6 +400,7 @@ def _make_simpler(upstream: _Upstream, spec: SampleSpec, isa_sha: str) -> list[s
             broken=index in spec.broken_simpler,
             native=spec.native,
             new_era=spec.simpler_new_era_at is not None and index >= spec.simpler_new_era_at,
+            compile_work=spec.compile_work,
         )
         if index == spec.nested_submodule_at:
             gitmodules = _gitmodules([(ISA_PATH, ISA_PATH, ISA_URL)])
@@ -427,6 +431,7 @@ def _make_pypto(
                 broken=index in spec.broken_pypto,
                 native=spec.native,
                 new_era=spec.pypto_new_era_at is not None and index >= spec.pypto_new_era_at,
+                compile_work=spec.compile_work,
             )
         if index in (1, spec.runtime_added_at, spec.libbacktrace_url_change_at):
             moved = index >= spec.libbacktrace_url_change_at

@@ -110,6 +110,33 @@ _CODEGEN = textwrap.dedent(
 )
 
 
+COMPILE_UNIT = 200_000
+"""Iterations of one compile-time loop: about half a second of one core for GCC 12 here."""
+
+
+def _compile_work(revision: int, units: int) -> str:
+    """C++17 that makes the compiler work `units` loops of `COMPILE_UNIT` steps: a heavy
+    translation unit (real pypto's take seconds each), seeded by the revision so ccache cannot
+    reuse another commit's object. Nothing of it reaches the binary."""
+    if units <= 0:
+        return ""
+    lines = [
+        "",
+        "namespace compile_work {",
+        "constexpr unsigned long churn(unsigned long seed, unsigned long steps) {",
+        "    unsigned long x = seed;",
+        "    for (unsigned long i = 0; i < steps; ++i) x = x * 6364136223846793005UL + i;",
+        "    return x;",
+        "}",
+    ]
+    lines += [
+        f"static_assert(churn({revision * 1000 + unit}UL, {COMPILE_UNIT}UL) != 1);"
+        for unit in range(units)
+    ]
+    lines.append("}  // namespace compile_work")
+    return "\n".join(lines) + "\n"
+
+
 def _native_package(
     root: Path, name: str, version: str, *, new_era: bool, language: str, sources: list[str]
 ) -> None:
@@ -153,13 +180,15 @@ def write_simpler(
     broken: bool = False,
     native: bool = False,
     new_era: bool = False,
+    compile_work: int = 0,
 ) -> None:
     """A simpler-like runtime: `accumulate` is the kernel whose precision may regress.
 
-    `native`: the kernel is C, built by scikit-build-core and CMake like the real runtime.
+    `native`: the kernel is C, built by scikit-build-core and CMake like the real runtime;
+    `compile_work` adds a C++ unit that costs that much compiling (see `_compile_work`).
     """
     if native:
-        _write_native_simpler(root, revision, scale, broken, new_era)
+        _write_native_simpler(root, revision, scale, broken, new_era, compile_work)
         return
     _write(root / "pyproject.toml", _pyproject("simpler", f"0.{revision}.0"))
     body = f"""
@@ -187,16 +216,24 @@ def write_simpler(
 
 
 def _write_native_simpler(
-    root: Path, revision: int, scale: float, broken: bool, new_era: bool
+    root: Path, revision: int, scale: float, broken: bool, new_era: bool, compile_work: int = 0
 ) -> None:
     _native_package(
         root,
         "simpler",
         f"0.{revision}.0",
         new_era=new_era,
-        language="C",
-        sources=["src/module.c", "src/kernel.c"],
+        language="CXX" if compile_work else "C",
+        sources=["src/module.c", "src/kernel.c", *(["src/tuning.cpp"] if compile_work else [])],
     )
+    if compile_work:
+        _write(
+            root / "src" / "tuning.cpp",
+            f"// simpler-like runtime tuning tables, revision {revision}: C++17.\n"
+            + _compile_work(revision, compile_work),
+        )
+    else:
+        (root / "src" / "tuning.cpp").unlink(missing_ok=True)
     _write(root / "src" / "module.c", _C_MODULE.format(kernel="accumulate"))
     _write(
         root / "src" / "kernel.c",
@@ -230,7 +267,13 @@ def _write_native_simpler(
 
 
 def _write_native_pypto(
-    root: Path, revision: int, factor: float, uses_simpler: bool, broken: bool, new_era: bool
+    root: Path,
+    revision: int,
+    factor: float,
+    uses_simpler: bool,
+    broken: bool,
+    new_era: bool,
+    compile_work: int = 0,
 ) -> None:
     _native_package(
         root,
@@ -262,7 +305,8 @@ def _write_native_pypto(
             (void)n;
             return pypto::mean(one);
         }}
-        """,
+        """
+        + _compile_work(revision, compile_work),
     )
     accumulate = (
         "from simpler import accumulate"
@@ -290,14 +334,16 @@ def write_pypto(
     broken: bool = False,
     native: bool = False,
     new_era: bool = False,
+    compile_work: int = 0,
 ) -> None:
     """A pypto-like compiler: `codegen` emits source text, `mean` runs it on the runtime.
 
     Before the runtime submodule existed (`uses_simpler=False`) pypto summed on its own.
-    `native`: part of it is C++17, built by scikit-build-core and CMake like the real compiler.
+    `native`: part of it is C++17, built by scikit-build-core and CMake like the real compiler;
+    `compile_work` makes its code generation unit cost that much compiling (`_compile_work`).
     """
     if native:
-        _write_native_pypto(root, revision, factor, uses_simpler, broken, new_era)
+        _write_native_pypto(root, revision, factor, uses_simpler, broken, new_era, compile_work)
         return
     _write(root / "pyproject.toml", _pyproject("pypto", f"0.{revision}.0"))
     if uses_simpler:
