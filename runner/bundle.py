@@ -43,9 +43,10 @@ from runner.inputs import SNAPSHOTS
 from runner.ledger import (
     Attempt,
     LedgerDocument,
+    judged,
 )
 from runner.prepare import Prepared, prepare, writable_directory
-from runner.verdict import VerdictPatterns
+from runner.verdict import Tolerance, VerdictPatterns
 from runner.workflow import find_recorded, load_saved_settings, run_settings
 
 BUNDLE_FORMAT = 1
@@ -162,7 +163,10 @@ def export_attempt(
             destination / "environment.json",
             _fingerprint(client, image, attempt_data, document, settings.device_mode, spec),
         )
-        _write_json(destination / "bundle.json", _bundle_facts(attempt, run.patterns, run))
+        _write_json(
+            destination / "bundle.json",
+            _bundle_facts(attempt, run.patterns, run, settings.tolerance()),
+        )
         run_sh = destination / "run.sh"
         run_sh.write_text(_run_script(attempt, spec, run.timeout, run.python))
         run_sh.chmod(0o755)
@@ -296,7 +300,12 @@ def _copy_judge(into: Path) -> None:
     (into / "judge.py").write_text(_JUDGE)
 
 
-def _bundle_facts(attempt: Attempt, patterns: VerdictPatterns, run: Any) -> dict[str, Any]:
+def _bundle_facts(
+    attempt: Attempt, patterns: VerdictPatterns, run: Any, tolerance: Tolerance
+) -> dict[str, Any]:
+    """The run's facts for judge.py: the session's limits too, so the bundle judges the output
+    as the search did (the recorded verdict is the judged one)."""
+    attempt = judged(attempt, tolerance)
     return {
         "format": BUNDLE_FORMAT,
         "tool_version": __version__,
@@ -304,6 +313,11 @@ def _bundle_facts(attempt: Attempt, patterns: VerdictPatterns, run: Any) -> dict
         "image_id": attempt.image_id,
         "timeout": run.timeout,
         "patterns": {"good": list(patterns.good), "bad": list(patterns.bad)},
+        "limits": {
+            "max_mismatch_ratio": tolerance.max_mismatch_ratio,
+            "max_abs_diff": tolerance.max_abs_diff,
+            "max_rel_diff": tolerance.max_rel_diff,
+        },
         "recorded": {
             "verdict": attempt.verdict.value,
             "reason": attempt.reason,
@@ -556,7 +570,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runner.verdict import VerdictPatterns, judge  # noqa: E402
+from runner.verdict import Tolerance, VerdictPatterns, judge  # noqa: E402
 
 
 def main(argv):
@@ -574,10 +588,15 @@ def main(argv):
         timeout_s=facts["timeout"],
         patterns=patterns,
     )
+    limits = Tolerance(**facts.get("limits", {}))
+    verdict = limits.apply(outcome.verdict, outcome.metrics)
+    reason = outcome.reason
+    if verdict is not outcome.verdict:
+        reason = f"{limits.breach(outcome.metrics) or 'within the limits'} (the example: {reason})"
     recorded = facts["recorded"]
     print(f"recorded verdict: {recorded['verdict']} ({recorded['reason']}) [{facts['run_id']}]")
-    print(f"new verdict:      {outcome.verdict.value} ({outcome.reason})")
-    same = outcome.verdict.value == recorded["verdict"]
+    print(f"new verdict:      {verdict.value} ({reason})")
+    same = verdict.value == recorded["verdict"]
     print("the verdict reproduces" if same else "the verdict does NOT reproduce")
     return 0 if same else 1
 

@@ -725,7 +725,8 @@ def report(
         typer.Option(
             "--rethreshold",
             help="Re-judge every attempt from its recorded figures with the --max-* limits "
-            "given here (none: the example's own PASS/FAIL); starts no container.",
+            "given here or in the config file or environment, as `run` takes them (none: the "
+            "example's own PASS/FAIL); starts no container.",
         ),
     ] = False,
     max_mismatch_ratio: MismatchOpt = None,
@@ -741,6 +742,10 @@ def report(
     with guarded():
         if limits.active and not rethreshold:
             raise BadInput("--max-* limits on `report` need --rethreshold")
+        if rethreshold:  # the limits as `run` takes them: flags over variables over the file
+            flags = {"max_mismatch_ratio": max_mismatch_ratio, "max_abs_diff": max_abs_diff}
+            flags["max_rel_diff"] = max_rel_diff
+            limits = load_settings(flags, config).tolerance() or Tolerance()
         result = rewrite_reports(
             _workdir(workdir, config), cache_dir, session, limits if rethreshold else None
         )

@@ -33,6 +33,7 @@ from pydantic_core import PydanticSerializationError
 
 from runner.errors import SOURCE_UNAVAILABLE, BadInput, InfrastructureError, LedgerError
 from runner.search import Verdict
+from runner.verdict import Tolerance
 
 LEDGER_SCHEMA_VERSION = 1
 TOOL_NAME = "bisect-precision-docker"
@@ -129,6 +130,20 @@ class AheadBuild(_Strict):
     finished_at: datetime
 
 
+def judged(attempt: Attempt, tolerance: Tolerance | None) -> Attempt:
+    """The attempt as the session's limits judge it from its figures: what the search used, and
+    so what progress lines, the report, its plot and `reproduce` show. The example's own
+    verdict stays in the reason."""
+    if tolerance is None or not tolerance.active:
+        return attempt
+    verdict = tolerance.apply(attempt.verdict, attempt.metrics)
+    if verdict is attempt.verdict:
+        return attempt
+    why = tolerance.breach(attempt.metrics) or "within the limits"
+    said = f"{attempt.verdict.value}: {attempt.reason}" if attempt.reason else attempt.verdict.value
+    return attempt.model_copy(update={"verdict": verdict, "reason": f"{why} (the example: {said})"})
+
+
 class LedgerDocument(_Strict):
     """The whole file. Attempts are kept in the order they were recorded."""
 
@@ -166,6 +181,14 @@ class LedgerDocument(_Strict):
         gitlink)."""
         found = self.find_all(pypto_sha, simpler_sha)
         return found[-1] if found else None
+
+    def judged(self, tolerance: Tolerance | None) -> LedgerDocument:
+        """This ledger with every attempt as `judged` by the limits (itself when none)."""
+        if tolerance is None or not tolerance.active:
+            return self
+        return self.model_copy(
+            update={"attempts": [judged(attempt, tolerance) for attempt in self.attempts]}
+        )
 
     def counted(self) -> list[Attempt]:
         """The attempts that count, in recording order: all but the superseded ones."""

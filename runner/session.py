@@ -34,7 +34,7 @@ from runner.confidence import (
 )
 from runner.errors import BisectError
 from runner.history import Change, History
-from runner.ledger import Attempt, Level
+from runner.ledger import Attempt, Level, judged
 from runner.search import (
     Found,
     Inconclusive,
@@ -466,7 +466,7 @@ class Session:
         def done(attempt: Attempt) -> None:
             self._saw(attempt)
             subject = self.subject(attempt.pypto_sha, attempt.simpler_sha, attempt.level)
-            self.events.attempt_done(attempt, reused=False, subject=subject)
+            self.events.attempt_done(judged(attempt, self.tolerance), reused=False, subject=subject)
 
         run_round = getattr(self.tester, "test_round", None)
         if run_round is not None:
@@ -1249,7 +1249,7 @@ class Session:
             if state(i) is False:
                 commit = first.candidates[ends[i][0]]
                 recorded = self.lookup(commit, self.gitlink(commit))
-                raise EndpointFailure(ends[i][2], recorded[-1])
+                raise EndpointFailure(ends[i][2], judged(recorded[-1], self.tolerance))
             return True
 
         def run(picks: Sequence[int]) -> None:

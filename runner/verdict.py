@@ -190,6 +190,14 @@ class Tolerance:
             return Verdict.GOOD
         return verdict
 
+    def breach(self, metrics: Mapping[str, MetricValue]) -> str | None:
+        """The first limit the figures exceed, as "max_abs_diff 0.002 > 0.001"; None when none."""
+        for key, limit in self.limits.items():
+            value = None if limit is None else _figure(metrics, key)
+            if value is not None and limit is not None and (math.isnan(value) or value > limit):
+                return f"{key} {value:g} > {limit:g}"
+        return None
+
 
 def _figure(metrics: Mapping[str, MetricValue], key: str) -> float | None:
     value = metrics.get(key)

@@ -45,6 +45,7 @@ from runner.ledger import (
     SessionInputs,
     earlier_session,
     earlier_sessions,
+    judged,
     session_copy,
     session_name,
 )
@@ -435,11 +436,18 @@ def run_bisect(
             error = endpoint_error(failure)
             stopped = _stopped_at_endpoint(prepared.good, prepared.commits, str(error))
             wall = ledger.finish_invocation()
-            _write(workdir, ledger.document, stopped, prepared.history, prepared.exporter, wall)
+            _write(
+                workdir,
+                ledger.document.judged(session.tolerance),
+                stopped,
+                prepared.history,
+                prepared.exporter,
+                wall,
+            )
             raise error from None
         tester.close(cancel=False)  # speculative builds nobody needs now stop here
         wall = ledger.finish_invocation()  # before reading the document: it adds to it
-        document = ledger.document
+        document = ledger.document.judged(session.tolerance)
         return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
 
 
@@ -513,7 +521,7 @@ def replay(
         failure = exc
         commits = history.first_parent_range(inputs.good, inputs.bad)
         outcome = _stopped_at_endpoint(inputs.good, commits, str(endpoint_error(exc)))
-    return Replay(document, outcome, history, exporter, workdir, failure)
+    return Replay(document.judged(session.tolerance), outcome, history, exporter, workdir, failure)
 
 
 def _settings_or_none(workdir: Path, path: Path | None = None) -> Settings | None:
@@ -640,4 +648,6 @@ def reproduce(
             again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
         finally:
             tester.close(cancel=True)
-    return original, again
+    # Both as the session's limits judge them, as its search did.
+    limits = settings.tolerance()
+    return judged(original, limits), judged(again, limits)

@@ -440,6 +440,22 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     assert relaxed.returncode == 0, relaxed.stderr
     assert relaxed.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
     assert relaxed.json()["simpler"]["culprit"] == sample.simpler_shas[5]
+    # Every view shows the verdicts the limits gave, the example's own kept in the reason.
+    steps = [s for s in relaxed.json()["steps"] if s["pypto"] == sample.pypto_shas[3]]
+    assert steps and all(s["verdict"] == "good" for s in steps), steps
+    assert all("(the example: bad" in s["reason"] for s in steps), steps
+    assert "good: pass" not in relaxed.stderr
+
+    # The limits of a config file (or the environment) re-judge as the flags do.
+    config = tmp_path / "limits.toml"
+    config.write_text("max_abs_diff = 0.005\n")
+    rule = ["report", "--workdir", str(workdir), "--rethreshold", "--json"]
+    by_file = cli(*rule, "--config", str(config), env=no_docker)
+    assert by_file.returncode == 0, by_file.stderr
+    assert by_file.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
+    config.write_text('max_abs_diff = "abc"\n')
+    refused = cli(*rule, "--config", str(config), env=no_docker)
+    assert refused.returncode == 2 and "max_abs_diff" in refused.stderr, refused.stderr
 
     back = cli("report", "--workdir", str(workdir), "--rethreshold", "--json", env=no_docker)
     assert back.returncode == 0, back.stderr

@@ -858,3 +858,19 @@ def test_a_sha_names_its_commits_own_verdict_and_an_ambiguous_prefix_is_refused(
     assert doc.select("ffff") is None and doc.select("") is None
     with pytest.raises(BadInput, match="matches several commits"):
         doc.select("ab")
+
+
+def test_limits_judge_an_attempt_from_its_figures_and_keep_the_examples_word():
+    from runner.ledger import judged
+    from runner.verdict import Tolerance
+
+    passed = make_attempt("001", "a" * 40, verdict=Verdict.GOOD, metrics={"max_abs_diff": 0.002})
+    strict = judged(passed, Tolerance(max_abs_diff=0.001))
+    assert strict.verdict is Verdict.BAD
+    assert strict.reason == "max_abs_diff 0.002 > 0.001 (the example: good: [RUN] PASS)"
+    assert judged(passed, Tolerance(max_abs_diff=0.01)) is passed
+    assert judged(passed, None) is passed
+    failed = make_attempt("002", "b" * 40, verdict=Verdict.BAD, metrics={"max_abs_diff": 0.5})
+    relaxed = judged(failed, Tolerance(max_abs_diff=1.0))
+    assert relaxed.verdict is Verdict.GOOD and "(the example: bad" in relaxed.reason
+    assert failed.verdict is Verdict.BAD, "the recorded attempt itself is left alone"
