@@ -239,13 +239,19 @@ class Ledger:
     """An open, locked ledger. Use :meth:`open`; close it (or use ``with``) to release the lock."""
 
     def __init__(
-        self, path: Path, lock: FileLock, document: LedgerDocument, backup: Path | None = None
+        self,
+        path: Path,
+        lock: FileLock,
+        document: LedgerDocument,
+        backup: Path | None = None,
+        created: bool = False,
     ) -> None:
         self._path = path
         self._lock: FileLock | None = lock
         self._document = document
         self.backup = backup
         """Where `--new-session` moved the earlier session's ledger, if it did."""
+        self._created = created  # this open wrote the file, into a workdir that had none
         self._invocation: float | None = None
 
     @classmethod
@@ -294,6 +300,7 @@ class Ledger:
                 else:
                     document = _load(path)
                     _check_same_session(path, document.inputs, inputs)
+            created = False
             if document is None:
                 document = LedgerDocument(
                     tool_version=tool_version,
@@ -301,7 +308,8 @@ class Ledger:
                     inputs=inputs.model_copy(deep=True),
                 )
                 _atomic_write(path, _serialize(document))
-            return cls(path, lock, document, backup)
+                created = backup is None
+            return cls(path, lock, document, backup, created)
         except BaseException:
             lock.release()
             raise
@@ -366,8 +374,12 @@ class Ledger:
 
     def abandon_invocation(self) -> None:
         """Forget this invocation: it stopped on bad input before it tested anything, so it
-        is not part of the session (its wall time included)."""
+        is not part of the session (its wall time included). A ledger this invocation created
+        goes too: it would hold the workdir for the rejected inputs, and the corrected command
+        would be told the workdir belongs to another session."""
         self._invocation = None
+        if self._created and not self._document.attempts:
+            self._path.unlink(missing_ok=True)
 
     def finish_invocation(self) -> float:
         """Add this invocation's wall time to the session's and persist it; returns it.
