@@ -55,6 +55,9 @@ CCACHE_ENVIRONMENT = {
     "SKBUILD_BUILD_DIR": f"{_BUILD_DIR}/.skbuild",
 }
 _ENOSPC = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.IGNORECASE)
+_COMPILER_KILLED = re.compile(
+    r"Killed signal terminated program|internal compiler error: Killed|fatal error: Killed"
+)
 _STALE_TMP_SECONDS = 24 * 3600
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -424,7 +427,9 @@ def _builder_script(command: str) -> str:
 
 
 def _caller_owner() -> tuple[int, int] | None:
-    if not hasattr(os, "getuid") or os.getuid() == 0:
+    """The calling user, root included: a base image's own USER (a vendor image's service
+    account, say) could not write /out or the cache."""
+    if not hasattr(os, "getuid"):
         return None
     return os.getuid(), os.getgid()
 
@@ -615,6 +620,11 @@ def _build(
     seconds = time.monotonic() - started
 
     killed = result.exit_code == 137  # SIGKILL: the kernel's OOM killer outside a memory limit
+    # The OOM killer may take a compiler rather than the container: make or ninja then fail
+    # with the driver's "Killed signal terminated program cc1plus".
+    killed = killed or (
+        result.exit_code != 0 and _COMPILER_KILLED.search(result.output) is not None
+    )
     out_of_space = result.exit_code != 0 and _ENOSPC.search(result.output) is not None
     if result.timed_out or result.oom_killed or killed or out_of_space:
         # Says nothing about the commit: keep the log outside the cache and let a retry build it.

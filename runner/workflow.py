@@ -19,7 +19,7 @@ from pathlib import Path
 from runner import __version__
 from runner.attempts import DockerTester, RunSettings
 from runner.confidence import DEFAULT_CONFIDENCE
-from runner.config import Settings
+from runner.config import DEFAULT_BUILD_COMMAND, Settings
 from runner.containers import Mount
 from runner.errors import (
     SOURCE_UNAVAILABLE,
@@ -95,10 +95,13 @@ def build_settings(
         mounts.append(Mount(root, root))
     if settings.ascend_home_path:
         environment["ASCEND_HOME_PATH"] = settings.ascend_home_path
+    command = settings.build_command
+    if command == DEFAULT_BUILD_COMMAND and settings.python != "python3":
+        command = f"{settings.python} {command.removeprefix('python3 ')}"  # --python builds too
     return BuildSettings(
         base_image=settings.base_image,
         base_image_id=base_image_id,
-        command=settings.build_command,
+        command=command,
         environment=environment,
         mounts=tuple(mounts),
         network=settings.build_network,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import (
+    DEFAULT_BUILD_COMMAND,
     DEFAULT_RUN_ENV,
     BuildPin,
     Settings,
@@ -378,3 +379,13 @@ def test_a_bad_value_found_later_is_named_where_the_user_set_it(tmp_path, monkey
         prepare(load_settings({}, config))
     with pytest.raises(BadInput, match=r"^--pypto \S+flagged: no such"):
         prepare(load_settings({"pypto": tmp_path / "flagged"}, config))
+
+
+def test_the_default_build_command_runs_the_python_that_python_names():
+    from runner.workflow import build_settings
+
+    other = build_settings(Settings(python="python3.11"), "sha256:base")
+    assert other.command.startswith("python3.11 -m pip wheel ")
+    assert build_settings(Settings(), "sha256:base").command == DEFAULT_BUILD_COMMAND
+    custom = Settings(python="python3.11", build_command="make wheel")
+    assert build_settings(custom, "sha256:base").command == "make wheel"

@@ -426,6 +426,67 @@ def test_a_build_that_runs_out_of_disk_is_infrastructure_not_a_cached_failure(
 
 
 @pytest.mark.docker
+def test_a_compiler_the_oom_killer_took_is_infrastructure_not_a_cached_failure(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    """The kernel killed cc1plus, not the container: ninja fails with exit 1, yet the commit
+    compiles on a machine with the memory."""
+    starved = replace(
+        settings,
+        command="echo 'c++: fatal error: Killed signal terminated program cc1plus' >&2; "
+        "echo 'ninja: build stopped: subcommand failed.'; exit 1",
+    )
+
+    with pytest.raises(InfrastructureError, match="was killed"):
+        build_wheel(
+            docker_client,
+            cache,
+            "pypto",
+            "8" * 40,
+            simpler_source(),
+            starved,
+            ccache_dir=ccache_dir,
+        )
+
+    assert cache.lookup("pypto", "8" * 40, starved) is None
+    assert cache.entries() == []
+
+
+@pytest.mark.docker
+def test_a_build_runs_as_the_caller_whatever_user_the_base_image_names(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """A vendor image may end with `USER` a service account that cannot write /out."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {settings.base_image_id}\nRUN useradd -u 1234 service\nUSER service\n"
+    )
+    image, _ = docker_client.images.build(
+        path=str(tmp_path), labels={"bisect-precision-docker": "1"}, rm=True
+    )
+    try:
+        served = replace(settings, base_image_id=image.id)
+        result = build_wheel(
+            docker_client,
+            cache,
+            "simpler",
+            "7" * 40,
+            simpler_source(),
+            served,
+            ccache_dir=ccache_dir,
+        )
+        assert result.ok, result.reason
+    finally:
+        docker_client.images.remove(image.id, force=True)
+
+
+@pytest.mark.docker
 def test_a_compile_error_is_a_cached_build_failure_with_ccache_counts_absent(
     docker_client: docker.DockerClient,
     cache: WheelCache,
