@@ -368,7 +368,7 @@ def test_an_unavailable_submodule_names_the_options_that_apply(
     assert "3rdparty/libbacktrace" in line and "--omit-submodule 3rdparty/libbacktrace" in line
     assert "--submodule-source 3rdparty/libbacktrace=DIR" in line
     assert "pick another" not in line
-    assert json.loads((tmp_path / "work" / "ledger.json").read_text())["attempts"] == []
+    assert not (tmp_path / "work" / "ledger.json").exists(), "nothing tested: no ledger kept"
 
     omitted = cli(
         *args, *era_pins(NATIVE), "--omit-submodule", "3rdparty/libbacktrace", "--new-session"
