@@ -234,11 +234,16 @@ def remove_stale_containers(client: docker.DockerClient) -> list[str]:
                 container.remove(force=True)
             except docker.errors.NotFound:
                 continue
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # another run is removing it right now
+                    continue
+                raise
             removed.append(container.name)
     except _ENGINE_ERRORS as exc:
+        # Only the dead runs' containers: other runs may share this engine.
         raise InfrastructureError(
-            f"could not remove stale containers ({_one_line(exc)}); remove them with "
-            f"`docker rm -f $(docker ps -aq --filter label={LABEL}=1)`"
+            f"could not remove stale containers ({_one_line(exc)}); "
+            "`bisect-precision-docker cleanup` removes those whose run has ended"
         ) from exc
     return removed
 
