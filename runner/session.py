@@ -187,7 +187,10 @@ class LevelResult:
     def runner_up(self) -> tuple[str, float] | None:
         if self.belief is None:
             return None
-        ranked = [(i, p) for i, p in self.belief.ranked(mass=1.0, limit=3) if i != self.found]
+        ranked = list(self.belief.ranked(mass=1.0, limit=3))
+        # Second to the culprit, or, with none named, to the likeliest candidate.
+        top = self.found if self.found is not None else (ranked[0][0] if ranked else None)
+        ranked = [(i, p) for i, p in ranked if i != top]
         if not ranked:
             return None
         index, p = ranked[0]

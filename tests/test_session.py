@@ -772,3 +772,14 @@ def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, 
         message = str(endpoint_error(EndpointFailure(which, attempt)))
         assert f"the known-{which} commit aaaaaaaaaaaa could not be tested" in message
         assert advice in message and message.endswith(f"or pick another --{which}")
+
+
+def test_with_no_culprit_the_runner_up_is_second_to_the_likeliest_candidate():
+    from runner.confidence import belief
+
+    seen = {0: ["good"], 3: ["bad", "good", "bad"], 2: ["good", "bad"], 5: ["bad"]}
+    result = LevelResult("pypto", [f"{i:040x}" for i in range(6)], belief=belief(6, seen))
+    top, second = result.belief.ranked(mass=1.0, limit=2)
+    assert result.found is None
+    assert result.runner_up == (result.candidates[second[0]], second[1])
+    assert result.runner_up[0] != result.candidates[top[0]]
