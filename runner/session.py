@@ -724,7 +724,9 @@ class Session:
         try:
             outcome = self._run(first)
             self._partial = outcome
-            if self.drift_check and self.verify and first.found is not None:
+            # Also when no culprit came out: an environment that drifted mid-session leaves
+            # contradictions no flake rate explains, and says so only if the good end is re-run.
+            if self.drift_check and self.verify and first.done:
                 self._check_drift(outcome, first)
         except Pending as pending:
             # Replay ran out of recorded verdicts: report how far the session got, levels included.
@@ -1135,7 +1137,9 @@ class Session:
                 if len(seen[i]) < self.repeat:
                     return None
                 return aggregate(seen[i], self.policy) or Verdict.SKIP
-            rates = first.belief
+            # Without an answer the learnt rates may be the drift itself (every run failing
+            # looks like a very flaky example): judge by the prior's rates instead.
+            rates = first.belief if first.found is not None else None
             return pair_verdict(
                 seen[i],
                 false_fail=rates.false_fail if rates else 0.05,

@@ -691,6 +691,23 @@ def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_f
     assert replayed.drift == outcome.drift and replayed.pending is None
 
 
+def test_an_environment_that_breaks_mid_session_is_drift_even_without_a_culprit(sample_factory):
+    """From the fifth run on every run fails, the known-good commit's too: the search cannot
+    settle (no flake rate explains it), and the drift check must still say why (exit 3)."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=8))
+
+    class Breaking(SpecTester):
+        def truth(self, pypto, simpler):
+            broken = len(self.attempts) >= 4
+            return Verdict.BAD if broken else super().truth(pypto, simpler)
+
+    outcome, _tester = bisect(sample, tester=Breaking(sample))
+
+    assert outcome.pypto.found is None
+    assert outcome.drift and "known-good" in outcome.drift[0]
+    assert outcome.exit_code == 3
+
+
 class Replayable(SpecTester):
     """Flaky, but the n-th run of a pair always gives the same answer: an interrupted session
     and an uninterrupted one see the same runs, so they must take the same decisions."""
