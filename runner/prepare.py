@@ -219,6 +219,15 @@ def prepare(settings: Settings) -> Prepared:
     good = history.resolve(settings.known_good)
     bad = history.resolve(settings.bad or "HEAD")
     commits = history.first_parent_range(good, bad)
+    path = settings.submodule_path
+    if "submodule_path" in settings.model_fields_set and not any(
+        history.gitlink(end, path) for end in (good, bad)
+    ):
+        # Set on purpose and found at neither end: every test would run without the runtime.
+        raise BadInput(
+            f"{settings.given_as('submodule_path')} {path}: neither end of the range has a "
+            "submodule there; name the runtime's path as .gitmodules gives it"
+        )
     content: dict[str, str] = {}
     for key, flag, root in (
         ("ptoas_root", "--ptoas-root", settings.ptoas_root),
@@ -231,7 +240,14 @@ def prepare(settings: Settings) -> Prepared:
     lib_digest = tree_digest(lib)
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
     writable_directory(settings.workdir, settings.given_as("workdir"))
-    writable_directory(settings.cache_root(), settings.given_as("cache_dir"))
+    cache_dir = writable_directory(settings.cache_root(), settings.given_as("cache_dir"))
+    try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            f"{settings.given_as('cache_dir')} {settings.cache_root()}: cannot create it "
+            f"({exc.strerror or exc})"
+        ) from None
     if settings.executor == "ray":
         # Ray picks the cards; each node checks its own devices when a run lands there.
         parse_device_map(settings.device_map)

@@ -32,7 +32,10 @@ def args_with(sample: Sample, tmp_path: Path, **changes: str) -> list[str]:
     args = run_args(sample, tmp_path / "work", tmp_path / "cache")
     for flag, value in changes.items():
         option = "--" + flag.replace("_", "-")
-        args[args.index(option) + 1] = value
+        if option in args:
+            args[args.index(option) + 1] = value
+        else:
+            args += [option, value]
     return args
 
 
@@ -55,6 +58,8 @@ def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
         ("device", "0,1,0", "card 0 more than once"),
         ("platform", "a2 a3", "platform"),
         ("platform", "a2a3simm", "unknown platform 'a2a3simm'"),
+        ("submodule_path", "nope", "--submodule-path nope: neither end of the range has"),
+        ("cache_dir", "/proc/nope", "--cache-dir /proc/nope: cannot create it"),
     ],
 )
 def test_bad_flags_get_one_line_and_exit_2(sample, tmp_path, flag, value, fragment):
