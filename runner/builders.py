@@ -684,8 +684,10 @@ class Provisioner:
             raise InfrastructureError(f"pip download of build tools failed to run: {exc}") from exc
         if proc.returncode != 0:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-            errors = [ln for ln in lines if ln.startswith("ERROR")]
-            reason = (errors or lines or ["no output"])[0][:240]
+            # pip's first ERROR line may be a side note ("Ignored the following yanked
+            # versions"); the one naming what it could not find comes last.
+            errors = [ln for ln in lines if ln.startswith("ERROR") and "Ignored" not in ln]
+            reason = (errors or lines or ["no output"])[-1][:240]
             raise BadInput(
                 f"{where}: cannot get the build tools {' '.join(resolution.pins)} for the image's "
                 f"Python {self.traits.python} ({reason}); fix the index or --wheelhouse, or pin "
