@@ -8,6 +8,7 @@ in `workflow.py`, so a change to what a report shows does not touch how a bisect
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from pathlib import Path
 
@@ -88,6 +89,11 @@ def gather_facts(
             f"{bad_run.run_id}"
         )
     subjects = history.subjects({a.pypto_sha for a in doc.attempts if a.level == "pypto"})
+    if simpler is not None:
+        tested = {a.simpler_sha for a in doc.attempts if a.level == "simpler" and a.simpler_sha}
+        with contextlib.suppress(SourceUnavailable, BadInput):
+            subjects.update(History(exporter.submodule_git_dir(path)).subjects(tested))
     subjects.update({sha: info.subject for sha, info in commits.items()})
+    facts.subjects = subjects
     facts.bisect_log = to_git_bisect_log(doc, subjects)
     return facts

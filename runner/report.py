@@ -37,6 +37,7 @@ class ReportFacts:
     """What the report needs beyond the ledger and the outcome, gathered from git by the caller."""
 
     commits: Mapping[str, CommitInfo] = field(default_factory=dict)  # pypto and simpler commits
+    subjects: Mapping[str, str] = field(default_factory=dict)  # every tested commit's subject
     culprit_stat: str = ""
     culprit_patch: str = ""
     simpler_stat: str = ""
@@ -227,7 +228,7 @@ def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
     return data
 
 
-def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, CommitInfo]) -> list[str]:
+def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list[str]:
     lines: list[str] = []
     for name in ("pypto", "simpler"):
         level = data.get(name)
@@ -251,8 +252,7 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, CommitInfo]) 
             lines.append(f"- inconclusive: low confidence; candidates: {listed}")
         lines += ["", "| commit | subject | passes | fails | skips |", "|---|---|---|---|---|"]
         for row in level["tested"]:
-            info = subjects.get(row["sha"])
-            subject = (info.subject if info else "").replace("|", "\\|")[:60]
+            subject = subjects.get(row["sha"], "").replace("|", "\\|")[:60]
             lines.append(
                 f"| `{row['sha'][:12]}` | {subject} | {row['passes']} | {row['fails']} | "
                 f"{row['skips']} |"
@@ -608,7 +608,7 @@ def build_markdown(
     lines += _figure_lines(doc, outcome, facts)
     if data["confidence"]["pypto"] is not None:
         lines += ["## Confidence", ""]
-        lines += _confidence_lines(data["confidence"], facts.commits)
+        lines += _confidence_lines(data["confidence"], facts.subjects)
     for note in data["notes"]:
         lines.append(f"> {note}")
     if data["notes"]:
