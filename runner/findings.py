@@ -79,7 +79,12 @@ def gather_facts(
         bad_run = _run_with(doc, simpler.anchor, simpler.first_bad, Verdict.BAD) or bad_run
     facts.commits = commits
     if outcome.pypto.found is not None:
-        facts.triage = compare_generated(_artifacts(good_run), _artifacts(bad_run))
+        same = (
+            good_run is not None and bad_run is not None and good_run.pypto_sha == bad_run.pypto_sha
+        )
+        facts.triage = compare_generated(
+            _artifacts(good_run), _artifacts(bad_run), same_compiler=same
+        )
         package = "simpler" if simpler is not None and simpler.found is not None else "pypto"
         if identical_build(bad_run, good_run, package, facts.triage.status):
             facts.noop = package

@@ -23,6 +23,10 @@ IGNORED_SUFFIXES = frozenset({".o", ".so", ".a", ".bin"})
 _SEARCH_DEPTH = 5
 
 _IDENTICAL = "generated code is identical: pointing at the runtime (simpler) or the environment"
+_IDENTICAL_SAME_COMPILER = (
+    "generated code is identical with the same pypto commit: the runtime (simpler) changed how "
+    "it runs"
+)
 
 _TIMESTAMP_SUFFIX = re.compile(
     r"_(?:"
@@ -69,8 +73,12 @@ def compare_generated(
     bad_artifacts: Path | None,
     *,
     subdirs: Sequence[str] = ("kernels", "ptoas", "orchestration"),
+    same_compiler: bool = False,
 ) -> Triage:
     """Compare the generated sources of two runs (the last good and the first bad).
+
+    ``same_compiler``: both runs used one pypto commit (the simpler level), so a difference
+    is the runtime's doing, not the compiler's.
 
     Each argument is a run's artifacts directory; the `build_output` tree is searched for below it,
     so it may be the artifacts dir, its `build_output/`, or the program directory itself. Entries
@@ -90,11 +98,15 @@ def compare_generated(
     removed = tuple(sorted(good.keys() - bad.keys()))
     count = len(changed) + len(added) + len(removed)
     if not count:
-        return Triage("identical", _IDENTICAL)
+        return Triage("identical", _IDENTICAL_SAME_COMPILER if same_compiler else _IDENTICAL)
 
     files = "file" if count == 1 else "files"
     summary = (
-        f"generated code differs in {count} {files}: compiler output changed, pointing at pypto"
+        f"generated code differs in {count} {files} with the same pypto commit: the runtime "
+        "(simpler) changes what is generated"
+        if same_compiler
+        else f"generated code differs in {count} {files}: compiler output changed, pointing at "
+        "pypto"
     )
     diff = _unified_diff(good, bad, sorted((*changed, *added, *removed)))
     return Triage("changed", summary, changed, added, removed, diff)
