@@ -64,6 +64,22 @@ def _directory(value: Path | None, flag: str, what: str, given: str | None = Non
     return path
 
 
+def _unused_settings(settings: Settings) -> list[str]:
+    """Settings the chosen search ignores: say so rather than let the user believe them."""
+    given = settings.model_fields_set
+    if settings.repeat is None and "policy" in given:
+        return [
+            f"{settings.given_as('policy')} applies to fixed repeats only (--repeat N); "
+            "the confidence search runs"
+        ]
+    if settings.repeat is not None and "confidence" in given:
+        return [
+            f"{settings.given_as('confidence')} is not used with --repeat "
+            f"{settings.repeat}: each commit runs that many times"
+        ]
+    return []
+
+
 def _fits_the_engine(client: docker.DockerClient, cpus: float, given_as: str = "--cpus") -> None:
     """The engine refuses a container with more CPUs than its host has: say so before the
     first build, not as three infrastructure failures."""
@@ -296,7 +312,7 @@ def prepare(settings: Settings) -> Prepared:
         exporter=SourceExporter(pypto_path, cache_root, extra),
         inputs=inputs,
         slots=slots,
-        warnings=_unrelated_clones(history, (good, bad), extra),
+        warnings=[*_unrelated_clones(history, (good, bad), extra), *_unused_settings(settings)],
     )
 
 

@@ -389,3 +389,12 @@ def test_the_default_build_command_runs_the_python_that_python_names():
     assert build_settings(Settings(), "sha256:base").command == DEFAULT_BUILD_COMMAND
     custom = Settings(python="python3.11", build_command="make wheel")
     assert build_settings(custom, "sha256:base").command == "make wheel"
+
+
+def test_settings_the_chosen_search_ignores_are_warned_about():
+    from runner.prepare import _unused_settings
+
+    assert _unused_settings(Settings()) == []
+    assert _unused_settings(Settings(repeat=3, policy="any-fail")) == []
+    assert "fixed repeats only" in _unused_settings(Settings(policy="any-fail"))[0]
+    assert "not used with --repeat 3" in _unused_settings(Settings(repeat=3, confidence=0.99))[0]
