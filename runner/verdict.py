@@ -125,8 +125,9 @@ def _compile(kind: str, pattern: str) -> re.Pattern[str]:
         return re.compile(pattern, re.MULTILINE)
     except re.error as exc:
         raise BadInput(
-            f"verdict patterns: invalid '{kind}' regex {pattern!r} ({exc}); "
-            "fix it in the config file"
+            f"verdict patterns: invalid '{kind}' regex {pattern!r} ({exc}); fix it where it "
+            f"was given (--verdict-{kind}, [verdict] {kind} in the config file, or the "
+            "variable)"
         ) from None
 
 
