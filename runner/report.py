@@ -506,6 +506,12 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
                 line += ", whose removal by a backward pointer move brought it"
         else:
             line += f"; the simpler commit is one of {len(outcome.simpler.suspects)} listed below"
+    if facts.noop:
+        # Nothing in the culprit's build changed: a lie or the environment is the likelier story.
+        return (
+            f"Check before trusting: {line[0].lower()}{line[1:]}, but its {facts.noop} build is "
+            "identical to its parent's (see the notes)."
+        )
     return line + "."
 
 

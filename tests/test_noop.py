@@ -51,3 +51,14 @@ def test_a_pointer_bump_builds_the_same_pypto_but_not_the_same_pair():
     assert identical_build(attempt("x", "s"), attempt("x", "s"), "pypto", "identical")
     assert not identical_build(attempt("x", "new"), attempt("x", "old"), "pypto", "identical")
     assert not identical_build(attempt("x", "s"), attempt("x"), "pypto", "identical")
+
+
+def test_a_no_op_culprit_is_flagged_in_the_headline_not_only_in_the_notes():
+    from runner.report import ReportFacts, _headline
+    from runner.session import LevelResult, Outcome
+
+    outcome = Outcome("pypto", LevelResult("pypto", ["a" * 40, "b" * 40], found=1))
+    assert _headline(outcome, ReportFacts()) == "The regression came in with pypto bbbbbbbbbbbb."
+    flagged = _headline(outcome, ReportFacts(noop="pypto"))
+    assert flagged.startswith("Check before trusting: the regression came in with pypto bbbb")
+    assert "its pypto build is identical to its parent's" in flagged
