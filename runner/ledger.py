@@ -300,6 +300,12 @@ class Ledger:
                 else:
                     document = _load(path)
                     _check_same_session(path, document.inputs, inputs)
+                    if document.inputs.devices != inputs.devices:
+                        # Which cards run the tests is a choice of this run (a card may have
+                        # left the host); each attempt records its own, and every verdict stays.
+                        moved = document.inputs.model_copy(update={"devices": inputs.devices})
+                        document = document.model_copy(update={"inputs": moved})
+                        _atomic_write(path, _serialize(document))
             created = False
             if document is None:
                 document = LedgerDocument(
@@ -590,7 +596,9 @@ _FIELD_MEANING = {
 
 def _check_same_session(path: Path, recorded: SessionInputs, wanted: SessionInputs) -> None:
     old, new = recorded.model_dump(), wanted.model_dump()
-    differing = [name for name in SessionInputs.model_fields if old[name] != new[name]]
+    differing = [
+        name for name in SessionInputs.model_fields if old[name] != new[name] and name != "devices"
+    ]
     if differing:
         details = "; ".join(
             f"{_FIELD_MEANING.get(name, name)}: {old[name]!r} -> {new[name]!r}"

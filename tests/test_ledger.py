@@ -874,3 +874,17 @@ def test_limits_judge_an_attempt_from_its_figures_and_keep_the_examples_word():
     relaxed = judged(failed, Tolerance(max_abs_diff=1.0))
     assert relaxed.verdict is Verdict.GOOD and "(the example: bad" in relaxed.reason
     assert failed.verdict is Verdict.BAD, "the recorded attempt itself is left alone"
+
+
+def test_resuming_on_other_cards_keeps_every_verdict(ledger_path: Path, tmp_path: Path) -> None:
+    """A card that left the host (or one added) is this run's choice, not another session."""
+    both = make_inputs(tmp_path, devices=["0", "1"])
+    with Ledger.open(ledger_path, both, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("001", "a" * 40))
+    one = make_inputs(tmp_path, devices=["0"])
+    with Ledger.open(ledger_path, one, tool_version="0.1.0") as ledger:
+        assert [a.run_id for a in ledger.document.attempts] == ["001"]
+    assert Ledger.read(ledger_path).inputs.devices == ["0"]
+    other = make_inputs(tmp_path, devices=["0"], platform="a5")
+    with pytest.raises(LedgerError, match="belongs to another session"):
+        Ledger.open(ledger_path, other, tool_version="0.1.0")
