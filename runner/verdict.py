@@ -491,7 +491,13 @@ def infrastructure_fault(
         return "timed out"
     if oom_killed or exit_code == 137:
         return "was killed (out of memory?)"
-    found = _DEVICE_FAULT.search(clean_output(output))
+    text = clean_output(output)
+    found = _DEVICE_FAULT.search(text)
     if found:
-        return f"hit a device or machine fault ({found.group(0).strip()[:120]})"
+        # The whole line: the match alone can miss what failed ("[ERROR] aclInit" without the
+        # "/dev/davinci1 not found" after it).
+        start = text.rfind("\n", 0, found.start()) + 1
+        end = text.find("\n", found.end())
+        line = text[start : len(text) if end < 0 else end].strip()
+        return f"hit a device or machine fault ({_truncate(line)})"
     return None

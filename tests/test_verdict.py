@@ -485,3 +485,12 @@ def test_limits_keep_passes_good_skips_skipped_and_unmeasured_failures_bad() -> 
     assert limits.apply(Verdict.BAD, {}) is Verdict.BAD
     assert limits.apply(Verdict.GOOD, {"max_abs_diff": math.nan}) is Verdict.BAD
     assert Tolerance(max_mismatch_ratio=0.1).apply(Verdict.BAD, {"ratio_pct": 5.0}) is Verdict.GOOD
+
+
+def test_a_device_fault_is_named_by_its_whole_line():
+    from runner.verdict import infrastructure_fault
+
+    output = "[INFO] start\n[ERROR] aclInit failed: /dev/davinci1 not found\n[INFO] exit\n"
+    why = infrastructure_fault(1, output)
+    assert why == "hit a device or machine fault ([ERROR] aclInit failed: /dev/davinci1 not found)"
+    assert infrastructure_fault(1, "does not match golden: [out]") is None
