@@ -487,6 +487,20 @@ def resolve(
     return Resolution(tuple(declared), tuple(chosen), tuple(notes))
 
 
+# Build backends whose build hook asks for more than they declare at some versions
+# (`get_requires_for_build_wheel`): the extra that brings it, and the first version without the
+# need. scikit-build-core before 0.9 needed pathspec and pyproject-metadata from `[pyproject]`.
+_HOOK_EXTRAS = {"scikit-build-core": ("pyproject", Version("0.9"))}
+
+
+def _extras(name: str, version: Version, extras: Iterable[str]) -> str:
+    wanted = set(extras)
+    hook = _HOOK_EXTRAS.get(name)
+    if hook is not None and version < hook[1]:
+        wanted.add(hook[0])
+    return f"[{','.join(sorted(wanted))}]" if wanted else ""
+
+
 def _choose(
     requirement: Requirement,
     when: datetime,
@@ -496,7 +510,6 @@ def _choose(
     notes: list[str],
 ) -> str:
     name = canonicalize_name(requirement.name)
-    extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
     prereleases = bool(requirement.specifier.prereleases)
     releases = [
         r
@@ -515,7 +528,8 @@ def _choose(
     if not by_date or not dated:
         if by_date:
             notes.append(f"{name}: newest available (the index gives no upload times)")
-        return f"{name}{extras}=={releases[-1].version}"
+        newest = releases[-1].version
+        return f"{name}{_extras(name, newest, requirement.extras)}=={newest}"
     before = [r for r in dated if r.uploaded is not None and r.uploaded <= when]
     if before:
         pick = before[-1]
@@ -523,7 +537,7 @@ def _choose(
     else:
         pick = dated[0]
         notes.append(f"{name}: oldest satisfying release (all are newer than the commit)")
-    return f"{name}{extras}=={pick.version}"
+    return f"{name}{_extras(name, pick.version, requirement.extras)}=={pick.version}"
 
 
 # -- wheels and images ----------------------------------------------------------------------

@@ -150,6 +150,20 @@ def test_each_commit_gets_the_newest_tools_of_its_date(index: Index) -> None:
     assert early.key() != late.key()
 
 
+def test_an_old_scikit_build_core_brings_what_its_build_hook_asks_for(tmp_path: Path) -> None:
+    """Before 0.9 its build_wheel hook needs pathspec and pyproject-metadata, which only its
+    `pyproject` extra installs: without it the known-good of such a commit cannot build."""
+    for version in ("0.8.2", "0.10.7"):
+        (tmp_path / f"scikit_build_core-{version}-py3-none-any.whl").write_bytes(b"")
+    sources = PackageSources(wheelhouse=tmp_path)
+
+    old = resolve(["scikit-build-core<0.9"], where="x", when=when("2024-01-05"), sources=sources)
+    new = resolve(["scikit-build-core>=0.10"], where="x", when=when("2024-01-05"), sources=sources)
+
+    assert old.pins == ("scikit-build-core[pyproject]==0.8.2",)
+    assert new.pins == ("scikit-build-core==0.10.7",)
+
+
 def test_a_commit_older_than_every_satisfying_release_gets_the_oldest(index: Index) -> None:
     chosen = resolve(
         ["scikit-build-core>=0.10"], where="x", when=when("2023-01-01"), sources=PackageSources()
