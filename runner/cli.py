@@ -606,10 +606,20 @@ def status(
         return
     for level in data["levels"]:
         left, steps = level["remaining"], level["steps_left"]
+        about = f"about {steps} step{'s' if steps != 1 else ''} left"
+        if level.get("likeliest") is not None:
+            # The confidence search: a flaky record has no plain good/bad bounds to show.
+            held = level["suspects"]
+            OUT.print(
+                f"{level['level']} level: likeliest first bad {level['likeliest'][:12]} "
+                f"({level['probability']:.0%}); {held} candidate{'s' if held != 1 else ''} "
+                f"hold 99% of the probability; {level['runs']} runs, {about}"
+            )
+            continue
         OUT.print(
             f"{level['level']} level: {left} candidate{'s' if left != 1 else ''} left between "
             f"{level['last_good'][:12]} (good) and {level['first_bad'][:12]} (bad); "
-            f"{level['tests']} tested, about {steps} step{'s' if steps != 1 else ''} left"
+            f"{level['tests']} tested, {about}"
         )
     OUT.print(f"state: {data['state']}")
     for package, counts in data["ccache"].items():
@@ -635,8 +645,17 @@ def _status_data(state: Any) -> dict:
         if result is None:
             continue
         lo, hi = bounds(len(result.candidates), result.verdicts)
+        likeliest = probability = None
+        if result.belief is not None and result.repeat is None:
+            index, probability = result.belief.ranked(limit=1)[0]
+            if result.found is not None:
+                index, probability = result.found, result.belief.probabilities[result.found]
+            likeliest = result.candidates[index]
         levels.append(
             {
+                "likeliest": likeliest,
+                "probability": probability,
+                "runs": sum(len(seen) for seen in result.observations.values()),
                 "level": result.level,
                 "candidates": len(result.candidates) - 1,
                 "last_good": result.candidates[lo],

@@ -351,6 +351,9 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     status = cli("status", "--workdir", str(workdir), "--json")
     assert status.returncode == 0, status.stderr
     assert status.json()["finished"] is True
+    assert status.json()["levels"][0]["likeliest"] == sample.pypto_shas[5]
+    shown = cli("status", "--workdir", str(workdir)).stdout
+    assert f"pypto level: likeliest first bad {sample.pypto_shas[5][:12]} (" in shown, shown
     report = cli("report", "--workdir", str(workdir), "--json")
     assert report.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
     log = cli("log", "--workdir", str(workdir))
@@ -522,8 +525,10 @@ def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
     report = json.loads((workdir / "report.json").read_text())
     changes = report["environment"]["changes"]
     keys = {change["key"] for change in changes}
-    assert "base_image_id" in keys
-    change = next(c for c in changes if c["key"] == "base_image_id")
+    # The tag moved, but the session kept building on the image it started with, and says so.
+    assert "base_image_tag" in keys and "base_image_id" not in keys
+    assert {a["fingerprint"]["base_image_id"] for a in _attempts(workdir)} == {original.id}
+    change = next(c for c in changes if c["key"] == "base_image_tag")
     assert (change["old"], change["new"]) == (original.id, other.id)
     runs = [a["run_id"] for a in _attempts(workdir)]
     assert runs.index(change["first_run_after"]) >= retagged_after - 1
