@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+import typing
 from collections import Counter
 from datetime import date
 from pathlib import Path
@@ -177,7 +178,28 @@ class _FileSource(PydanticBaseSettingsSource):
         raise NotImplementedError  # __call__ reads the whole file at once
 
     def __call__(self) -> dict[str, Any]:
-        return read_config_file(config_file_path(_CONFIG_FILE.get()))
+        path = config_file_path(_CONFIG_FILE.get())
+        data = read_config_file(path)
+        # A table key given a plain value would be dropped without a word when a flag gives
+        # the same table (the flag's wins whole): refuse it here, whatever the flags say.
+        for key in sorted(_table_keys() & data.keys()):
+            if not isinstance(data[key], dict):
+                raise BadInput(
+                    f"{path}: {key}: expected a table ([{key}] with KEY = value lines), got "
+                    f"{data[key]!r}"
+                )
+        return data
+
+
+def _table_keys() -> set[str]:
+    tables = set()
+    for name, field in Settings.model_fields.items():
+        kind = field.annotation
+        if typing.get_origin(kind) is dict or (
+            isinstance(kind, type) and issubclass(kind, BaseModel)
+        ):
+            tables.add(name)
+    return tables
 
 
 class Settings(BaseSettings):

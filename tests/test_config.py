@@ -398,3 +398,11 @@ def test_settings_the_chosen_search_ignores_are_warned_about():
     assert _unused_settings(Settings(repeat=3, policy="any-fail")) == []
     assert "fixed repeats only" in _unused_settings(Settings(policy="any-fail"))[0]
     assert "not used with --repeat 3" in _unused_settings(Settings(repeat=3, confidence=0.99))[0]
+
+
+def test_a_table_key_with_a_plain_value_is_refused_even_when_a_flag_gives_the_table(tmp_path):
+    config = tmp_path / "bisect-precision.toml"
+    config.write_text('run_env = "x"\n')
+    for flags in ({}, {"run_env": {"UX_RUN_SECONDS": "5"}}):
+        with pytest.raises(BadInput, match=r"run_env: expected a table"):
+            load_settings(flags, config)
