@@ -43,7 +43,9 @@ PROBE = (
 )
 # What a change of each key means, most telling first.
 MEANING = {
-    "base_image_id": "the base image tag now names another image",
+    "base_image_tag": "the base image tag now names another image (this session keeps building "
+    "on the image it started with, so its verdicts still compare)",
+    "base_image_id": "the tests ran on another base image",
     "base_image_digest": "the base image's registry digest changed",
     "pip_freeze": "the Python packages of the base image changed",
     "cann": "the CANN toolkit inside the base image changed",
@@ -107,17 +109,28 @@ def _short(value: str) -> str:
 class Collector:
     """Reads one attempt's fingerprint; the probe of a base image runs once per image id."""
 
-    def __init__(self, client: docker.DockerClient, base_image: str, device: str) -> None:
+    def __init__(
+        self, client: docker.DockerClient, base_image: str, device: str, pinned: str | None = None
+    ) -> None:
+        """`pinned`: the base image id the session builds on (the tag's at its start)."""
         self.client = client
         self.base_image = base_image
+        self.pinned = pinned
         self.device = device
         self._probed: dict[str, dict[str, str]] = {}
 
     def __call__(self, test_image_id: str | None, device: str = "") -> dict[str, str]:
         facts: dict[str, str] = {}
         try:
-            base = self.client.images.get(self.base_image)
-            facts["base_image_id"] = base.id
+            tagged = self.client.images.get(self.base_image).id
+        except docker.errors.ImageNotFound:
+            tagged = "missing"
+        # The image the tests were built on, probed; and apart, what the tag names now.
+        used = self.pinned or tagged
+        facts["base_image_id"] = used
+        facts["base_image_tag"] = tagged
+        try:
+            base = self.client.images.get(used)
             digests = sorted(base.attrs.get("RepoDigests") or [])
             facts["base_image_digest"] = ",".join(digests) or "none (a local image)"
             facts.update(self._probe(base.id))

@@ -179,7 +179,9 @@ def docker_tester(
         phase=phase,
         echo=echo,
         warn=warn,
-        fingerprint=Collector(prepared.client, settings.base_image, settings.device),
+        fingerprint=Collector(
+            prepared.client, settings.base_image, settings.device, prepared.base_image_id
+        ),
         prefetch=settings.prefetch,
     )
 

@@ -16,17 +16,17 @@ def attempt(run_id: str, **fingerprint: str) -> Attempt:
 
 def test_a_change_is_placed_between_the_last_old_and_the_first_new_attempt():
     runs = [
-        attempt("001", base_image_id="sha256:1", driver="23.0", test_image_id="x"),
+        attempt("001", base_image_tag="sha256:1", driver="23.0", test_image_id="x"),
         attempt("002"),  # recorded before fingerprints existed: no evidence either way
-        attempt("003", base_image_id="sha256:1", driver="23.0", test_image_id="y"),
-        attempt("004", base_image_id="sha256:2", driver="23.0", test_image_id="z"),
-        attempt("005", base_image_id="sha256:2", driver="24.1", test_image_id="z"),
+        attempt("003", base_image_tag="sha256:1", driver="23.0", test_image_id="y"),
+        attempt("004", base_image_tag="sha256:2", driver="23.0", test_image_id="z"),
+        attempt("005", base_image_tag="sha256:2", driver="24.1", test_image_id="z"),
     ]
 
     found = changes(runs)
 
     assert [(c.key, c.before, c.after) for c in found] == [
-        ("base_image_id", "003", "004"),
+        ("base_image_tag", "003", "004"),
         ("driver", "004", "005"),
     ]
     assert "the base image tag now names another image" in describe(found[0])
