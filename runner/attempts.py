@@ -20,7 +20,13 @@ from types import MappingProxyType
 
 from runner.builders import Builder
 from runner.devices import Passthrough
-from runner.errors import InfrastructureError, LedgerError, SourceUnavailable
+from runner.errors import (
+    INFRASTRUCTURE_LOG,
+    RETIRED,
+    InfrastructureError,
+    LedgerError,
+    SourceUnavailable,
+)
 from runner.execute import ExampleRun
 from runner.executor import BuildJob, DeviceFault, Executor, RunJob
 from runner.images import WheelInstallFailed
@@ -242,7 +248,12 @@ class DockerTester:
                     failures[index].append(reason)
                     self._note_infrastructure(request.pypto, request.simpler, reason)
                     if isinstance(exc, DeviceFault):
+                        live = len(self.executor.slots)
                         self.executor.retire(exc.slot, reason)
+                        if len(self.executor.slots) < live:  # the report lists it
+                            self._note_infrastructure(
+                                "-", None, f"{RETIRED} {exc.slot.device}: {reason}"
+                            )
                     if len(failures[index]) >= self.infra_retries:
                         fatal = InfrastructureError(
                             f"{len(failures[index])} infrastructure failures in a row, nothing "
@@ -413,7 +424,7 @@ class DockerTester:
 
     def _note_infrastructure(self, pypto: str, simpler: str | None, reason: str) -> None:
         """Kept beside the ledger, never in it: the user may want to know what went wrong."""
-        log = self.workdir / "infrastructure.log"
+        log = self.workdir / INFRASTRUCTURE_LOG
         with contextlib.suppress(OSError), log.open("a") as handle:
             handle.write(f"{_now().isoformat()} {pypto} {simpler or '-'} {reason}\n")
 

@@ -48,3 +48,9 @@ class SourceUnavailable(BisectError):
     def __init__(self, message: str, *, submodule: str | None = None) -> None:
         super().__init__(message)
         self.submodule = submodule
+
+
+INFRASTRUCTURE_LOG = "infrastructure.log"
+"""Beside the ledger: infrastructure faults (retried, never verdicts), one line each."""
+RETIRED = "taken out of the pool: device"
+"""Marks the infrastructure log's line of a device that left the pool."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+from datetime import datetime
 from pathlib import Path
 
-from runner.errors import BadInput, SourceUnavailable
+from runner.errors import INFRASTRUCTURE_LOG, BadInput, SourceUnavailable
 from runner.history import CommitInfo, History
 from runner.ledger import Attempt, LedgerDocument, to_git_bisect_log
 from runner.noop import identical_build
@@ -100,5 +101,25 @@ def gather_facts(
             subjects.update(History(exporter.submodule_git_dir(path)).subjects(tested))
     subjects.update({sha: info.subject for sha, info in commits.items()})
     facts.subjects = subjects
+    facts.infrastructure = _infrastructure_faults(workdir / INFRASTRUCTURE_LOG, doc.created_at)
     facts.bisect_log = to_git_bisect_log(doc, subjects)
     return facts
+
+
+def _infrastructure_faults(log: Path, since: datetime) -> list[str]:
+    """This session's lines of the infrastructure log: faults retried (never verdicts) and
+    devices taken out of the pool, as "<time> <pypto> <simpler> <reason>"."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    kept = []
+    for line in lines:
+        stamp, _, rest = line.partition(" ")
+        try:
+            when = datetime.fromisoformat(stamp)
+        except ValueError:
+            continue
+        if when >= since:
+            kept.append(rest)
+    return kept

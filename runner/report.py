@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.errors import RETIRED
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
 from runner.history import Change, CommitInfo
@@ -38,6 +39,7 @@ class ReportFacts:
 
     commits: Mapping[str, CommitInfo] = field(default_factory=dict)  # pypto and simpler commits
     subjects: Mapping[str, str] = field(default_factory=dict)  # every tested commit's subject
+    infrastructure: list[str] = field(default_factory=list)  # this session's infrastructure log
     culprit_stat: str = ""
     culprit_patch: str = ""
     simpler_stat: str = ""
@@ -373,6 +375,19 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
 
 def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> list[str]:
     notes = []
+    retired = [
+        line.split(RETIRED, 1)[1].strip() for line in facts.infrastructure if RETIRED in line
+    ]
+    faults = len(facts.infrastructure) - len(retired)
+    if faults:
+        notes.append(
+            f"{faults} infrastructure fault{'s' if faults > 1 else ''} (timeouts, OOM kills, "
+            "device or Docker errors) were retried and never counted as verdicts; see "
+            "infrastructure.log in the workdir"
+        )
+    for entry in retired:  # "<device>: <reason>"
+        device, _, reason = entry.partition(": ")
+        notes.append(f"device {device} was taken out of the pool: {reason}")
     culprit = outcome.pypto.first_bad
     if culprit == doc.inputs.bad and not any(a.pypto_sha == culprit for a in doc.attempts):
         notes.append(

@@ -79,6 +79,9 @@ def test_a_device_that_fails_is_taken_out_of_the_pool_and_never_gives_a_verdict(
     attempts = _attempts(tmp_path / "work")
     assert attempts and {a["device"] for a in attempts if a["device"]} == {"0"}
     assert "on device 1" in (tmp_path / "work" / "infrastructure.log").read_text()
+    notes = report["notes"]
+    assert any(note.startswith("device 1 was taken out of the pool: ") for note in notes), notes
+    assert any("were retried and never counted as verdicts" in note for note in notes), notes
 
 
 def test_a_kill_during_concurrent_builds_loses_nothing_and_the_resume_rebuilds_nothing(
