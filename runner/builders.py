@@ -295,6 +295,7 @@ class PackageSources:
         self.wheelhouse = wheelhouse
         self._fetch = fetch or _fetch_url
         self._releases: dict[str, list[Release]] = {}
+        self.unreachable: dict[str, str] = {}  # index -> why it did not answer
         if wheelhouse is not None:
             self.indexes: list[str] = []
             self.find_links: list[str] = [str(wheelhouse)]
@@ -342,8 +343,14 @@ class PackageSources:
         url = index.rstrip("/") + f"/{name}/"
         try:
             content_type, body = self._fetch(url)
-        except (OSError, urllib.error.URLError, ValueError):
-            return []  # pip would skip an unreachable or empty index too
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:  # 404: the index has no such project
+                self.unreachable[index] = f"HTTP {exc.code}"
+            return []
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            # pip would skip it too; but "no wheel" would then be the wrong diagnosis
+            self.unreachable[index] = str(getattr(exc, "reason", exc))
+            return []
         found: list[tuple[Version, datetime | None, bool]] = []
         if "json" in content_type:
             with contextlib.suppress(ValueError):
@@ -517,6 +524,13 @@ def _choose(
         if r.has_wheel and requirement.specifier.contains(r.version, prereleases=prereleases)
     ]
     if not releases:
+        if sources.unreachable and not sources.wheelhouse:
+            index, why = next(iter(sources.unreachable.items()))
+            raise BadInput(
+                f"{where}: cannot reach the package index {index} ({why}) to find the build "
+                f"requirement {str(requirement)!r}; offline, pass --wheelhouse with its wheels "
+                "(or run `builder prepare` while online)"
+            )
         where_from = (
             f"the wheelhouse {sources.wheelhouse}" if sources.wheelhouse else "the package index"
         )

@@ -524,3 +524,9 @@ def test_the_image_probe_asks_each_interpreter_not_only_each_image(
     assert traits.python.startswith("3.")
     with pytest.raises(BadInput, match=r"cannot run `python9`"):
         probe_image(docker_client, image_id, tmp_path, python="python9")
+
+
+def test_an_index_that_does_not_answer_is_named_not_taken_for_a_missing_package() -> None:
+    unreachable = PackageSources(pip_config={"index-url": "http://127.0.0.1:9/simple"})
+    with pytest.raises(BadInput, match=r"cannot reach the package index http://127\.0\.0\.1:9"):
+        resolve(["scikit-build-core"], where="x", when=when("2024-01-05"), sources=unreachable)
