@@ -81,7 +81,8 @@ def _test_image(client: docker.DockerClient, attempt: Attempt, base_image_id: st
             simpler_sha=attempt.simpler_sha,
             simpler_wheel_sha256=attempt.wheel_digests.get("simpler"),
         )
-        equal = find_test_image(client, labels, image_tag(attempt.pypto_sha, attempt.simpler_sha))
+        tag = image_tag(attempt.pypto_sha, attempt.simpler_sha, base_image_id)
+        equal = find_test_image(client, labels, tag)
         if equal is not None:
             return client.images.get(equal)
     raise BadInput(
@@ -165,7 +166,7 @@ def export_attempt(
         )
         _write_json(
             destination / "bundle.json",
-            _bundle_facts(attempt, run.patterns, run, settings.tolerance()),
+            _bundle_facts(attempt, run.patterns, run, settings.tolerance() or Tolerance()),
         )
         run_sh = destination / "run.sh"
         run_sh.write_text(_run_script(attempt, spec, run.timeout, run.python))

@@ -98,8 +98,13 @@ def render_template(name: str, **values: object) -> str:
     return env.from_string(_template_text(name)).render(**values)
 
 
-def image_tag(pypto_sha: str, simpler_sha: str | None) -> str:
-    return f"{IMAGE_REPOSITORY}:{pypto_sha[:12]}-{simpler_sha[:12] if simpler_sha else 'none'}"
+def image_tag(pypto_sha: str, simpler_sha: str | None, base_image_id: str) -> str:
+    """The name a test image is made under: its commits and base image, so the same pair
+    tested on another base (a CANN upgrade, say) does not take the tag and leave the first
+    image nameless."""
+    base = base_image_id.split(":")[-1][:12]
+    simpler = simpler_sha[:12] if simpler_sha else "none"
+    return f"{IMAGE_REPOSITORY}:{pypto_sha[:12]}-{simpler}-{base}"
 
 
 def image_labels(
@@ -224,7 +229,7 @@ def ensure_test_image(
     if (simpler_sha is None) != (simpler_wheel is None):
         raise BisectError("give both simpler_sha and simpler_wheel, or neither")
     started = time.monotonic()
-    tag = image_tag(pypto_sha, simpler_sha)
+    tag = image_tag(pypto_sha, simpler_sha, base_image_id)
     try:
         digests = {"pypto": file_sha256(pypto_wheel)}
         if simpler_wheel is not None:
