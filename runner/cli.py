@@ -930,7 +930,16 @@ def cache_prune(
                 OUT.print("nothing removed")
                 raise typer.Exit(1)
             removed = cache.prune(limit)
-    OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB left")
+    OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB of wheels left")
+    # The rest of the cache directory is not the wheels': say what it holds rather than let
+    # "0 MB left" pass for an empty cache.
+    tools = cache.root.parent / "builders"
+    if tools.is_dir():
+        held = sum(f.stat().st_size for f in tools.rglob("*") if f.is_file() and not f.is_symlink())
+        OUT.print(
+            f"build-tool downloads for builder images: {held / 1e6:.2f} MB in {tools} "
+            "(not pruned: `builder ls` shows what uses them)"
+        )
 
 
 @app.command("config-reference")

@@ -480,7 +480,12 @@ def test_cache_prune_without_a_limit_needs_all_when_nobody_can_confirm(tmp_path)
     )
     assert_one_line_error(refused, 2, "--all")
     assert entry.exists()
-    assert cli("cache", "prune", "--cache-dir", str(tmp_path), "--all").returncode == 0
+    (tmp_path / "builders" / "wheels").mkdir(parents=True)
+    (tmp_path / "builders" / "wheels" / "cmake.whl").write_bytes(b"x" * 3_000_000)
+    emptied = cli("cache", "prune", "--cache-dir", str(tmp_path), "--all")
+    assert emptied.returncode == 0
+    assert "0.00 MB of wheels left" in emptied.stdout
+    assert "build-tool downloads for builder images: 3.00 MB" in emptied.stdout
 
 
 def test_cache_prune_without_a_limit_asks_at_a_terminal_and_no_keeps_everything(tmp_path):
