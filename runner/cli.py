@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import traceback
@@ -77,14 +78,32 @@ app.add_typer(cache_app, name="cache")
 
 def _interrupt_on_sigterm() -> None:
     """CI runners and `timeout` stop jobs with SIGTERM, a dropped ssh session sends SIGHUP: treat
-    both like Ctrl-C so the containers are removed and the ledger stays resumable."""
+    both like Ctrl-C so the containers are removed and the ledger stays resumable.
+
+    Only the first of them interrupts: a second Ctrl-C, pressed while the run removes its
+    containers, would cut that short and leave one behind. It is said to be ignored; a third
+    one ends the process at once (the next run removes what is left)."""
+    stops = [0]
+    signals = [
+        signal.SIGINT,
+        signal.SIGTERM,
+        *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []),
+    ]
 
     def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        stops[0] += 1
+        if stops[0] == 1:
+            raise KeyboardInterrupt
+        if stops[0] == 2:
+            ERR.print(
+                "stopping: removing this run's containers first (once more ends it at once; "
+                "the next run removes what is left)"
+            )
+            return
+        os._exit(INTERRUPTED)
 
-    signal.signal(signal.SIGTERM, handler)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, handler)
+    for number in signals:
+        signal.signal(number, handler)
 
 
 @contextmanager

@@ -376,9 +376,11 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert f"{sample.pypto_shas[5]} is the first bad commit" in replayed.stdout
 
 
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
 def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
-    sample_factory, tmp_path, docker_client
+    sample_factory, tmp_path, docker_client, presses
 ):
+    """Twice: the second Ctrl-C lands while the run removes its containers."""
     sample = sample_factory(PYPTO_REGRESSION)
     workdir = tmp_path / "work"
     args = [
@@ -395,6 +397,9 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
         time.sleep(0.2)
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
+    if presses == 2:
+        time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
 
     assert process.returncode == 130, stderr
