@@ -257,13 +257,6 @@ def prepare(settings: Settings) -> Prepared:
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
     writable_directory(settings.workdir, settings.given_as("workdir"))
     cache_dir = writable_directory(settings.cache_root(), settings.given_as("cache_dir"))
-    try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(
-            f"{settings.given_as('cache_dir')} {settings.cache_root()}: cannot create it "
-            f"({exc.strerror or exc})"
-        ) from None
     if settings.executor == "ray":
         # Ray picks the cards; each node checks its own devices when a run lands there.
         parse_device_map(settings.device_map)
@@ -277,6 +270,13 @@ def prepare(settings: Settings) -> Prepared:
     image_id = base_image_id(client, settings.base_image)
     if settings.cpus is not None and settings.executor != "ray":
         _fits_the_engine(client, settings.cpus, settings.given_as("cpus"))
+    try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(
+            f"{settings.given_as('cache_dir')} {settings.cache_root()}: cannot create it "
+            f"({exc.strerror or exc})"
+        ) from None
     workdir = settings.workdir.expanduser().resolve()
     cache_root = settings.cache_root().resolve()
     inputs = SessionInputs(
