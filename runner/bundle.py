@@ -17,7 +17,7 @@ import json
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -314,11 +314,7 @@ def _bundle_facts(
         "image_id": attempt.image_id,
         "timeout": run.timeout,
         "patterns": {"good": list(patterns.good), "bad": list(patterns.bad)},
-        "limits": {
-            "max_mismatch_ratio": tolerance.max_mismatch_ratio,
-            "max_abs_diff": tolerance.max_abs_diff,
-            "max_rel_diff": tolerance.max_rel_diff,
-        },
+        "limits": asdict(tolerance),
         "recorded": {
             "verdict": attempt.verdict.value,
             "reason": attempt.reason,
@@ -590,10 +586,7 @@ def main(argv):
         patterns=patterns,
     )
     limits = Tolerance(**facts.get("limits", {}))
-    verdict = limits.apply(outcome.verdict, outcome.metrics)
-    reason = outcome.reason
-    if verdict is not outcome.verdict:
-        reason = f"{limits.breach(outcome.metrics) or 'within the limits'} (the example: {reason})"
+    verdict, reason = limits.judge(outcome.verdict, outcome.reason, outcome.metrics)
     recorded = facts["recorded"]
     print(f"recorded verdict: {recorded['verdict']} ({recorded['reason']}) [{facts['run_id']}]")
     print(f"new verdict:      {verdict.value} ({reason})")

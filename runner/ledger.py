@@ -136,12 +136,10 @@ def judged(attempt: Attempt, tolerance: Tolerance | None) -> Attempt:
     verdict stays in the reason."""
     if tolerance is None or not tolerance.active:
         return attempt
-    verdict = tolerance.apply(attempt.verdict, attempt.metrics)
+    verdict, reason = tolerance.judge(attempt.verdict, attempt.reason, attempt.metrics)
     if verdict is attempt.verdict:
         return attempt
-    why = tolerance.breach(attempt.metrics) or "within the limits"
-    said = f"{attempt.verdict.value}: {attempt.reason}" if attempt.reason else attempt.verdict.value
-    return attempt.model_copy(update={"verdict": verdict, "reason": f"{why} (the example: {said})"})
+    return attempt.model_copy(update={"verdict": verdict, "reason": reason})
 
 
 class LedgerDocument(_Strict):

@@ -177,27 +177,39 @@ class Tolerance:
         verdict = Verdict(verdict)
         if not self.active or verdict is Verdict.SKIP:
             return verdict
-        judged = False
-        for key, limit in self.limits.items():
-            if limit is None:
-                continue
-            value = _figure(metrics, key)
-            if value is None:
-                continue
-            judged = True
-            if math.isnan(value) or value > limit:
-                return Verdict.BAD
-        if judged or verdict is Verdict.GOOD:
+        figures = self._figures(metrics)
+        if any(math.isnan(value) or value > limit for _, value, limit in figures):
+            return Verdict.BAD
+        if figures or verdict is Verdict.GOOD:
             return Verdict.GOOD
         return verdict
 
     def breach(self, metrics: Mapping[str, MetricValue]) -> str | None:
         """The first limit the figures exceed, as "max_abs_diff 0.002 > 0.001"; None when none."""
-        for key, limit in self.limits.items():
-            value = None if limit is None else _figure(metrics, key)
-            if value is not None and limit is not None and (math.isnan(value) or value > limit):
+        for key, value, limit in self._figures(metrics):
+            if math.isnan(value) or value > limit:
                 return f"{key} {value:g} > {limit:g}"
         return None
+
+    def judge(
+        self, verdict: Verdict, reason: str, metrics: Mapping[str, MetricValue]
+    ) -> tuple[Verdict, str]:
+        """The verdict these limits give a run and its reason; when they overrule the example,
+        the reason names the limit and keeps what the example said."""
+        verdict = Verdict(verdict)
+        judged = self.apply(verdict, metrics)
+        if judged is verdict:
+            return verdict, reason
+        said = f"{verdict.value}: {reason}" if reason else verdict.value
+        return judged, f"{self.breach(metrics) or 'within the limits'} (the example: {said})"
+
+    def _figures(self, metrics: Mapping[str, MetricValue]) -> list[tuple[str, float, float]]:
+        """(figure, value, limit) of each limit the run printed a figure for."""
+        return [
+            (key, value, limit)
+            for key, limit in self.limits.items()
+            if limit is not None and (value := _figure(metrics, key)) is not None
+        ]
 
 
 def _figure(metrics: Mapping[str, MetricValue], key: str) -> float | None:
