@@ -935,6 +935,8 @@ def cache_prune(
 ) -> None:
     """Remove least recently used entries until the cache fits --max-size; removing everything
     needs --all, or a yes at the prompt."""
+    from runner.wheels import dir_size
+
     with guarded():
         if everything and (max_size is not None or failures):
             other = "--max-size" if max_size is not None else "--failures"
@@ -954,7 +956,7 @@ def cache_prune(
     # "0 MB left" pass for an empty cache.
     tools = cache.root.parent / "builders"
     if tools.is_dir():
-        held = sum(f.stat().st_size for f in tools.rglob("*") if f.is_file() and not f.is_symlink())
+        held = dir_size(tools)
         OUT.print(
             f"build-tool downloads for builder images: {held / 1e6:.2f} MB in {tools} "
             "(not pruned: `builder ls` shows what uses them)"

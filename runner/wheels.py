@@ -154,7 +154,8 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _dir_size(path: Path) -> int:
+def dir_size(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed)."""
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
@@ -242,7 +243,7 @@ class WheelCache:
                 package=str(data["package"]),
                 commit=str(data["commit"]),
                 ok=bool(data["ok"]),
-                size=_dir_size(path),
+                size=dir_size(path),
                 created=datetime.fromisoformat(data["created"]),
                 last_used=datetime.fromisoformat(data["last_used"]),
                 wheel=data.get("wheel"),
