@@ -824,6 +824,7 @@ def reproduce(
 ) -> None:
     """Run a recorded attempt again in a fresh container and compare the verdicts (an earlier
     session's attempt too: run ids are unique across the sessions of a workdir)."""
+    from runner.workflow import compare_wheels
     from runner.workflow import reproduce as reproduce_run
 
     with guarded():
@@ -837,6 +838,8 @@ def reproduce(
     OUT.print(
         f"reproduced: {again.verdict.value} {again.reason} ({again.run_id}, {again.log_path})"
     )
+    for line in compare_wheels(original, again):
+        OUT.print(line)
     same = original.verdict == again.verdict
     OUT.print("the verdict reproduces" if same else "the verdict does NOT reproduce")
     raise typer.Exit(0 if same else 1)

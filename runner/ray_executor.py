@@ -55,6 +55,7 @@ from runner.executor import (
     run_on_node,
 )
 from runner.fingerprint import host_facts
+from runner.sources import ExportResult
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class _BuildOnNode:
     settings: BuildSettings
     builder: Builder | None
     ccache_dir: str
+    committed: int | None = None  # the commit's time, the build's SOURCE_DATE_EPOCH
 
 
 @dataclass
@@ -217,7 +219,7 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
         cache,
         task.package,
         task.commit,
-        lambda dest: untar(_fetch(task.sources), dest),
+        lambda dest: _unpack(task, dest),
         task.settings,
         ccache_dir=ccache,
         builder=builder,
@@ -225,6 +227,12 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
     )
     entry = None if shared else tar_directory(cache.entry_dir(result.key))
     return _Built(result=result, entry=entry)
+
+
+def _unpack(task: _BuildOnNode, dest: Path) -> ExportResult:
+    """The driver's export of the task's sources, unpacked here."""
+    untar(_fetch(task.sources), dest)
+    return ExportResult(task.commit, dest, {}, 0.0, task.committed)
 
 
 def _node_cpus() -> float:
@@ -492,7 +500,7 @@ class RayExecutor(Executor):
         if hit is not None:
             return hit
         with tempfile.TemporaryDirectory(prefix="ray-export-") as tmp:
-            job.prepare(Path(tmp))
+            exported = job.prepare(Path(tmp))
             sources = self.ray.put(tar_directory(Path(tmp)))
         task = _BuildOnNode(
             package=job.package,
@@ -501,6 +509,7 @@ class RayExecutor(Executor):
             settings=job.settings,
             builder=job.builder,
             ccache_dir=str(job.ccache_dir),
+            committed=exported.committed if isinstance(exported, ExportResult) else None,
         )
         built: _Built = self._wait(
             self._build_task.remote(task, self.settings),

@@ -48,6 +48,9 @@ class ExportResult:
     dest: Path
     submodules: dict[str, str]
     seconds: float
+    committed: int | None = None
+    """The commit's committer time (seconds since the epoch): builds take it as their
+    SOURCE_DATE_EPOCH, so a wheel rebuilt from the same sources is the same file."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,8 @@ class SourceExporter:
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        return ExportResult(sha, dest, submodules, time.perf_counter() - started)
+        committed = self._commit_time(self._top, sha)
+        return ExportResult(sha, dest, submodules, time.perf_counter() - started, committed)
 
     def export_submodule(
         self,
@@ -218,7 +222,12 @@ class SourceExporter:
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        return ExportResult(sha, dest, submodules, time.perf_counter() - started)
+        committed = self._commit_time(repo, sha)
+        return ExportResult(sha, dest, submodules, time.perf_counter() - started, committed)
+
+    def _commit_time(self, repo: _Repo, sha: str) -> int:
+        shown = self._mirror_git(repo, "show", "-s", "--format=%ct", sha)
+        return int(checked(shown, f"reading {sha[:12]}").decode().strip())
 
     def check(
         self,

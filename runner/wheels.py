@@ -31,6 +31,7 @@ from filelock import FileLock, Timeout
 from runner.containers import ContainerSpec, Mount
 from runner.errors import InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, keep_explicit, run_container
+from runner.sources import ExportResult
 
 if TYPE_CHECKING:
     from runner.builders import Builder
@@ -450,12 +451,16 @@ def builder_spec(
     image: str | None = None,
     parallel: int | None = None,
     speculative: bool = False,
+    source_date: int | None = None,
 ) -> ContainerSpec:
     """The builder container: sources read-only, network off unless asked, ccache shared.
 
     `parallel`: compile jobs when several builds share the host (never part of the cache key:
     it changes how fast a wheel is made, not what is in it). A `speculative` build gets a small
     CPU weight, so it uses idle cores but yields them to the builds a test is waiting for.
+    `source_date`: the commit's time, given as SOURCE_DATE_EPOCH (a `--build-env` one wins), so
+    the wheel's timestamps come from the commit and a rebuild of the same sources with the same
+    tools is the same file: `reproduce` can tell a rebuilt wheel from a different one.
 
     It runs as the calling user, so whatever a killed build leaves in the cache is theirs.
     """
@@ -465,6 +470,7 @@ def builder_spec(
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_ROOT_USER_ACTION": "ignore",
+        **({"SOURCE_DATE_EPOCH": str(source_date)} if source_date is not None else {}),
         **CCACHE_ENVIRONMENT,
         **settings.environment,
     }
@@ -538,7 +544,8 @@ def build_wheel(
     removed and nothing reaches the cache.
 
     `prepare_source(dir)` fills an empty directory with the commit's sources; it is only called
-    on a miss. Build failures are cached; engine, disk and timeout failures raise
+    on a miss. When it returns the `ExportResult`, the build gets the commit's time as
+    SOURCE_DATE_EPOCH. Build failures are cached; engine, disk and timeout failures raise
     InfrastructureError instead, since another attempt may well succeed.
     """
     key = cache.key(package, commit, settings, builder.key if builder else None)
@@ -598,7 +605,7 @@ def _build(
     ccache_dir = Path(ccache_dir).resolve()
     ccache_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    prepare_source(src)
+    exported = prepare_source(src)
     export_s = time.monotonic() - started
 
     spec = builder_spec(
@@ -612,6 +619,7 @@ def _build(
         image=builder.image_id if builder else None,
         parallel=parallel,
         speculative=speculative,
+        source_date=exported.committed if isinstance(exported, ExportResult) else None,
     )
     log_path = staged / "build.log"
     started = time.monotonic()

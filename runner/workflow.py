@@ -604,6 +604,32 @@ def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Rec
     raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
 
 
+def compare_wheels(original: Attempt, again: Attempt) -> list[str]:
+    """One line per package: whether a reproduction ran the wheel the verdict was made with.
+
+    Builds take the commit's time as SOURCE_DATE_EPOCH, so a wheel rebuilt with the same tools is
+    normally the same file; when it is not, its contents tell a timestamp from a real change."""
+    lines = []
+    for package in sorted(set(original.wheel_digests) & set(again.wheel_digests)):
+        old, new = original.wheel_digests[package], again.wheel_digests[package]
+        how = "rebuilt" if again.builds.get(package) == "built" else "from the wheel cache"
+        if old == new:
+            lines.append(f"{package} wheel: the recorded file ({how}, sha256 {new[:12]})")
+            continue
+        contents = original.wheel_contents.get(package)
+        if contents is not None and contents == again.wheel_contents.get(package):
+            lines.append(
+                f"{package} wheel: {how}, the recorded files in another archive "
+                f"(sha256 {old[:12]} -> {new[:12]}: timestamps or order only)"
+            )
+        else:
+            lines.append(
+                f"{package} wheel: {how}, and NOT the recorded one (sha256 {old[:12]} -> "
+                f"{new[:12]}): the build did not reproduce, so a verdict change may come from it"
+            )
+    return lines
+
+
 def session_folder(workdir: Path, backup: Path) -> Path:
     """Where the reports and reproductions of the earlier session backed up as `backup` go."""
     return workdir / "sessions" / session_name(backup)

@@ -263,16 +263,20 @@ def test_a_run_of_an_earlier_session_is_exported_with_that_sessions_record(
         assert json.loads(Path(bundle, "session.json").read_text()) == first["inputs"]
 
 
-def test_an_attempt_whose_image_was_removed_is_exported_after_reproduce_rebuilds_it(
+def test_an_attempt_whose_image_and_wheels_were_removed_is_exported_after_reproduce(
     sample_factory, bisect, tmp_path, docker_client
 ):
+    """Builds are dated by their commits, so `reproduce` rebuilds the recorded wheels bit for bit
+    and makes the image `export` wants again."""
     sample = sample_factory(EXPORTED)
-    workdir = tmp_path / "work"
-    finished = bisect(sample, workdir=workdir)
+    workdir, cache = tmp_path / "work", tmp_path / "cache"
+    finished = bisect(sample, "--cache-dir", str(cache), workdir=workdir)
     assert finished.returncode == 0, finished.stderr
     entry = culprit(finished, json.loads((workdir / "ledger.json").read_text()))
     with contextlib.suppress(docker.errors.ImageNotFound):
         docker_client.images.remove(entry["image_id"], force=True)
+    pruned = cli("cache", "prune", "--all", "--cache-dir", str(cache))
+    assert pruned.returncode == 0 and "0.00 MB of wheels left" in pruned.stdout, pruned.stdout
 
     def export(to: Path) -> Cli:
         return cli("export", entry["run_id"], "--workdir", str(workdir), "--to", str(to))
@@ -281,6 +285,9 @@ def test_an_attempt_whose_image_was_removed_is_exported_after_reproduce_rebuilds
     assert refused.returncode == 2 and "run `reproduce` to rebuild it" in refused.stderr
     again = cli("reproduce", entry["run_id"], "--workdir", str(workdir))
     assert again.returncode == 0, again.stdout + again.stderr
+    for package in sorted(entry["wheel_digests"]):
+        digest = entry["wheel_digests"][package][:12]
+        assert f"{package} wheel: the recorded file (rebuilt, sha256 {digest})" in again.stdout
 
     exported = export(tmp_path / "bundle")  # the image reproduce made: same base, same wheels
 

@@ -18,6 +18,7 @@ import pytest
 from runner.errors import InfrastructureError
 from runner.execute import LABEL
 from runner.sample.packages import write_pypto, write_simpler
+from runner.sources import ExportResult
 from runner.wheels import (
     BuildSettings,
     WheelCache,
@@ -39,6 +40,18 @@ class Sources:
         with self.lock:
             self.exports.append(dest)
         self.write(dest)
+
+
+class DatedSources(Sources):
+    """Returns what the exporter returns: the export, with the commit's time."""
+
+    def __init__(self, write: Callable[[Path], None], committed: int) -> None:
+        super().__init__(write)
+        self.committed = committed
+
+    def __call__(self, dest: Path) -> ExportResult:  # type: ignore[override]
+        super().__call__(dest)
+        return ExportResult("a" * 40, dest, {}, 0.0, self.committed)
 
 
 def simpler_source(revision: int = 1) -> Sources:
@@ -525,3 +538,41 @@ def test_a_killed_builds_staging_directory_is_swept_once_nobody_builds_its_key(
     cache.sweep_leftovers()
     assert not staging.exists()
     assert other.is_dir(), "a directory of unknown use is kept until it is a day old"
+
+
+@pytest.mark.docker
+def test_a_wheel_rebuilt_from_the_same_commit_is_the_same_file_dated_by_the_commit(
+    docker_client: docker.DockerClient, settings: BuildSettings, tmp_path: Path
+) -> None:
+    committed = 1_700_000_000  # 2023-11-14 22:13:20 UTC
+    source = DatedSources(lambda dest: write_simpler(dest, revision=1), committed)
+    built = [
+        build_wheel(
+            docker_client,
+            WheelCache(tmp_path / name / "wheels"),
+            "simpler",
+            "a" * 40,
+            source,
+            settings,
+            ccache_dir=tmp_path / name / "ccache",
+        )
+        for name in ("first", "second")
+    ]
+    # A user's SOURCE_DATE_EPOCH (--build-env) wins over the commit's.
+    told = build_wheel(
+        docker_client,
+        WheelCache(tmp_path / "told" / "wheels"),
+        "simpler",
+        "a" * 40,
+        source,
+        replace(settings, environment={"SOURCE_DATE_EPOCH": "1600000000"}),
+        ccache_dir=tmp_path / "told" / "ccache",
+    )
+
+    assert all(b.ok and not b.from_cache for b in [*built, told]), [b.reason for b in built]
+    assert built[0].sha256 == built[1].sha256, "two builds of one commit made different wheels"
+    assert built[0].wheel is not None and told.wheel is not None
+    with zipfile.ZipFile(built[0].wheel) as wheel:
+        assert {i.date_time for i in wheel.infolist()} == {(2023, 11, 14, 22, 13, 20)}
+    with zipfile.ZipFile(told.wheel) as wheel:
+        assert {i.date_time for i in wheel.infolist()} == {(2020, 9, 13, 12, 26, 40)}
