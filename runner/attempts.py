@@ -202,6 +202,7 @@ class DockerTester:
             self._ahead_cond.notify_all()
         self.executor.close(cancel=cancel)
         self._pipelines.shutdown(wait=not cancel, cancel_futures=True)
+        self.cache.release()
         with contextlib.suppress(LedgerError):
             self._record_ahead()
 

@@ -955,6 +955,12 @@ def cache_prune(
                 raise typer.Exit(1)
             removed = cache.prune(limit)
     OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB of wheels left")
+    kept = cache.in_use()
+    if kept and not failures:
+        OUT.print(
+            f"kept {len(kept)} entries ({sum(e.size for e in kept) / 1e6:.2f} MB) that a running "
+            "session uses; prune again once it has finished"
+        )
     # The rest of the cache directory is not the wheels': say what it holds rather than let
     # "0 MB left" pass for an empty cache.
     tools = cache.root.parent / "builders"

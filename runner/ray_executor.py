@@ -517,6 +517,7 @@ class RayExecutor(Executor):
             key=key,
         )
         if built.entry is None:  # built into the shared cache
+            self.cache.use(built.result.key)
             return built.result
         return self._adopt(built)
 
@@ -535,6 +536,7 @@ class RayExecutor(Executor):
                     os.replace(staged / "entry", final)
                 finally:
                     shutil.rmtree(staged, ignore_errors=True)
+        self.cache.use(result.key)
         wheel = final / result.wheel.name if result.wheel is not None else None
         return replace(result, wheel=wheel, log_path=final / "build.log")
 

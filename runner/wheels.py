@@ -174,9 +174,14 @@ class WheelCache:
     processes sharing the cache build a key once.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, lease: bool = False) -> None:
+        """`lease`: a session's cache, whose entries `prune` leaves alone while it runs."""
         self.root = Path(root)
         self._locks: dict[str, FileLock] = {}
+        self._leasing = lease
+        self._lease: FileLock | None = None
+        self._leased: set[str] = set()
+        self._lease_lock = threading.Lock()
 
     # -- paths and locks -------------------------------------------------------------------
 
@@ -233,6 +238,71 @@ class WheelCache:
         finally:
             lock.release()
 
+    # -- leases: what running sessions use -------------------------------------------------
+
+    @property
+    def lease_dir(self) -> Path:
+        return self.root / ".leases"
+
+    def use(self, key: str) -> None:
+        """Note that this process uses the entry: `prune` keeps it while the process lives.
+
+        A session may need a wheel again long after it first used it (a re-test, the drift
+        check, a test image rebuilt), so pruning it mid-run would only make the run build it
+        again. The lease is a list of keys beside a lock the process holds until `release`
+        (or its death, which frees the lock), so a killed run leases nothing."""
+        if not self._leasing:
+            return
+        with self._lease_lock:
+            if key in self._leased:
+                return
+            try:
+                if self._lease is None:
+                    self.lease_dir.mkdir(parents=True, exist_ok=True)
+                    stem = self.lease_dir / f"{os.getpid()}-{os.urandom(4).hex()}"
+                    lock = FileLock(str(stem.with_suffix(".lock")))
+                    lock.acquire(timeout=0)
+                    self._lease = lock
+                keys = Path(self._lease.lock_file).with_suffix(".keys")
+                with keys.open("a") as listed:
+                    listed.write(key + "\n")
+            except (OSError, Timeout):
+                return  # a read-only cache: nothing to prune there either
+            self._leased.add(key)
+
+    def release(self) -> None:
+        """End this process's lease (the session is over)."""
+        with self._lease_lock:
+            lock, self._lease = self._lease, None
+            self._leased.clear()
+        if lock is not None:
+            Path(lock.lock_file).with_suffix(".keys").unlink(missing_ok=True)
+            lock.release()
+            Path(lock.lock_file).unlink(missing_ok=True)
+
+    def leased(self) -> set[str]:
+        """Keys some running process uses; leases of processes that died are removed."""
+        keys: set[str] = set()
+        if not self.lease_dir.is_dir():
+            return keys
+        for lock_path in self.lease_dir.glob("*.lock"):
+            listed = lock_path.with_suffix(".keys")
+            probe = FileLock(str(lock_path))
+            try:
+                probe.acquire(timeout=0)
+            except Timeout:  # alive
+                with contextlib.suppress(OSError):
+                    keys.update(listed.read_text().split())
+                continue
+            try:  # nobody holds it: a finished or killed process's
+                listed.unlink(missing_ok=True)
+                lock_path.unlink(missing_ok=True)
+            except OSError:
+                pass
+            finally:
+                probe.release()
+        return keys
+
     # -- reading ---------------------------------------------------------------------------
 
     def _read_entry(self, key: str) -> CacheEntry | None:
@@ -275,6 +345,7 @@ class WheelCache:
             self._discard(path)
             return None
         self._touch(path)
+        self.use(key)
         return WheelResult(
             package=entry.package,
             commit=entry.commit,
@@ -342,19 +413,27 @@ class WheelCache:
         return removed
 
     def prune(self, max_bytes: int | None = None) -> list[CacheEntry]:
-        """Drop least recently used entries until the cache fits max_bytes (None: drop all)."""
+        """Drop least recently used entries until the cache fits max_bytes (None: drop all),
+        except those a running session uses (`in_use`): those count, and stay."""
         self.sweep_leftovers()
+        used = self.leased()
         entries = self.entries()
+        candidates = [e for e in entries if e.key not in used]
         if max_bytes is None:
-            return self._remove(entries)
+            return self._remove(candidates)
         total = sum(e.size for e in entries)
         victims = []
-        for entry in entries:
+        for entry in candidates:
             if total <= max_bytes:
                 break
             victims.append(entry)
             total -= entry.size
         return self._remove(victims)
+
+    def in_use(self) -> list[CacheEntry]:
+        """The entries running sessions use, which `prune` keeps."""
+        used = self.leased()
+        return [e for e in self.entries() if e.key in used]
 
     def remove_failures(self) -> list[CacheEntry]:
         """Forget remembered failures, e.g. after fixing the build environment."""
@@ -691,6 +770,7 @@ def _build(
     final = cache.entry_dir(key)
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staged, final)
+    cache.use(key)
     return WheelResult(
         package=package,
         commit=commit,

@@ -150,7 +150,7 @@ def docker_tester(
     """`echo` streams logs (--verbose); `warn` and `note` say what the user should see anyway
     (a card leaving the pool; build tools being downloaded, a builder image being built)."""
     settings = prepared.settings
-    cache = WheelCache(prepared.cache_root / "wheels")
+    cache = WheelCache(prepared.cache_root / "wheels", lease=True)
     cache.sweep_leftovers()
     return DockerTester(
         make_executor(prepared, cache, echo, warn),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -26,6 +28,7 @@ from runner.wheels import (
     build_wheel,
     last_error_line,
 )
+from tests.fixtures.cli import cli
 
 
 class Sources:
@@ -576,3 +579,57 @@ def test_a_wheel_rebuilt_from_the_same_commit_is_the_same_file_dated_by_the_comm
         assert {i.date_time for i in wheel.infolist()} == {(2023, 11, 14, 22, 13, 20)}
     with zipfile.ZipFile(told.wheel) as wheel:
         assert {i.date_time for i in wheel.infolist()} == {(2020, 9, 13, 12, 26, 40)}
+
+
+@pytest.mark.docker
+def test_prune_keeps_the_wheels_a_running_session_uses_until_it_ends_or_dies(
+    docker_client: docker.DockerClient, settings: BuildSettings, tmp_path: Path, ccache_dir: Path
+) -> None:
+    root = tmp_path / "cache" / "wheels"
+    used, idle, other = "1a" * 20, "2b" * 20, "3c" * 20
+    for commit in (used, idle, other):
+        result = build_wheel(
+            docker_client,
+            WheelCache(root),
+            "simpler",
+            commit,
+            simpler_source(),
+            settings,
+            ccache_dir=ccache_dir,
+        )
+        assert result.ok, result.reason
+    session = WheelCache(root, lease=True)  # a run of this process
+    assert session.lookup("simpler", used, settings) is not None
+    # A run in another process, killed while it uses a wheel.
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from runner.wheels import BuildSettings, WheelCache
+        settings = BuildSettings(base_image={settings.base_image!r},
+                                 base_image_id={settings.base_image_id!r}, timeout=120)
+        cache = WheelCache(Path({str(root)!r}), lease=True)
+        assert cache.lookup("simpler", {other!r}, settings) is not None
+        print("using", flush=True)
+        sys.stdin.read()
+        """
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert killed.stdout is not None and killed.stdout.readline().strip() == "using"
+
+        pruned = cli("cache", "prune", "--all", "--cache-dir", str(root.parent))
+
+        assert pruned.returncode == 0, pruned.stderr
+        assert "removed 1 entries" in pruned.stdout
+        assert "kept 2 entries" in pruned.stdout and "a running session uses" in pruned.stdout
+        assert {e.commit for e in WheelCache(root).entries()} == {used, other}
+    finally:
+        killed.kill()
+        killed.wait()
+    assert [e.commit for e in WheelCache(root).prune()] == [other]  # its lease died with it
+    session.release()
+    assert [e.commit for e in WheelCache(root).prune()] == [used]
+    assert list((root / ".leases").iterdir()) == []
