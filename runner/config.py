@@ -61,7 +61,10 @@ DEFAULT_RUN_ENV = {
     "PTO2_RING_TASK_WINDOW": "16384",
     "PTO2_RING_HEAP": "1073741824",
 }
-DEFAULT_BUILD_COMMAND = "python3 -m pip wheel --no-deps --no-build-isolation --no-index -w /out ."
+PEP517_FRONTEND_PATH = "/tmp/bisect-pep517.py"
+"""Written into every build container (`runner.wheels.PEP517_FRONTEND`): the project's PEP 517
+backend called directly, as `pip wheel --no-deps --no-build-isolation` would call it."""
+DEFAULT_BUILD_COMMAND = f"python3 {PEP517_FRONTEND_PATH} /out"
 
 FLAG_NAMES = {
     "known_good": "--good",
@@ -291,7 +294,9 @@ class Settings(BaseSettings):
     )
     build_network: bool = Field(default=False, description="Allow network during builds.")
     build_command: str = Field(
-        default=DEFAULT_BUILD_COMMAND, description="Builds a wheel into /out from the source."
+        default=DEFAULT_BUILD_COMMAND,
+        description="Builds a wheel into /out from the source (the default calls the project's "
+        "PEP 517 backend as `pip wheel --no-deps --no-build-isolation` would).",
     )
     build_env: dict[str, str] = Field(
         default_factory=dict, description="Environment of the build containers."

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import docker
 from filelock import FileLock, Timeout
 
+from runner.config import DEFAULT_BUILD_COMMAND, PEP517_FRONTEND_PATH
 from runner.containers import ContainerSpec, Mount
 from runner.errors import InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, keep_explicit, run_container
@@ -36,10 +37,8 @@ from runner.sources import ExportResult
 if TYPE_CHECKING:
     from runner.builders import Builder
 
-DEFAULT_BUILD_COMMAND = "python3 -m pip wheel --no-deps --no-build-isolation --no-index -w /out ."
-
 # Bump when the in-container recipe below changes in a way that could change a wheel.
-_RECIPE_VERSION = 2
+_RECIPE_VERSION = 3
 _ENTRY_FORMAT = 1
 _BUILD_DIR = "/tmp/bisect-build"  # fixed, so ccache sees the same paths for every commit
 _STATS_LOG = "/out/.ccache-stats.log"
@@ -495,10 +494,50 @@ def last_error_line(output: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+PEP517_FRONTEND = '''\
+"""Build the project in the working directory into a wheel in sys.argv[1] with its PEP 517
+backend, as `pip wheel --no-deps --no-build-isolation --no-index` does, in one process and
+without pip's own start-up and metadata pass (it costs as long as a small build)."""
+import importlib
+import os
+import sys
+
+out = os.path.abspath(sys.argv[1])
+try:
+    import tomllib
+except ImportError:
+    try:
+        from pip._vendor import tomli as tomllib
+    except ImportError:
+        tomllib = None
+if tomllib is None:  # nothing here reads TOML: let pip do it
+    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    os.execv(sys.executable, pip + ["--no-index", "-w", out, "."])
+system = {}
+if os.path.exists("pyproject.toml"):
+    with open("pyproject.toml", "rb") as text:
+        system = tomllib.load(text).get("build-system", {})
+name = system.get("build-backend", "setuptools.build_meta:__legacy__")
+for entry in reversed(system.get("backend-path", [])):
+    sys.path.insert(0, os.path.abspath(entry))
+module, _, attributes = name.partition(":")
+backend = importlib.import_module(module)
+for attribute in filter(None, attributes.split(".")):
+    backend = getattr(backend, attribute)
+if not os.path.isdir(out):
+    os.makedirs(out)
+print("Successfully built " + backend.build_wheel(out), flush=True)
+'''
+
+
 def _builder_script(command: str) -> str:
-    """pip writes build/ and *.egg-info into the tree, so build in a copy of the read-only /src."""
+    """pip writes build/ and *.egg-info into the tree, so build in a copy of the read-only /src;
+    the default command's PEP 517 frontend is written first."""
     lines = [
         "set -e",
+        f"cat > {PEP517_FRONTEND_PATH} <<'BISECT_PEP517_FRONTEND'",
+        PEP517_FRONTEND.rstrip("\n"),
+        "BISECT_PEP517_FRONTEND",
         f"rm -rf {_BUILD_DIR} && mkdir -p {_BUILD_DIR}",
         f"cp -a /src/. {_BUILD_DIR}/",
         f"cd {_BUILD_DIR}",

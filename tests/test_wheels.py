@@ -633,3 +633,65 @@ def test_prune_keeps_the_wheels_a_running_session_uses_until_it_ends_or_dies(
     session.release()
     assert [e.commit for e in WheelCache(root).prune()] == [used]
     assert list((root / ".leases").iterdir()) == []
+
+
+def in_tree_backend_source() -> Sources:
+    """A project whose backend lives in its own tree (`backend-path`), as some projects' do."""
+
+    def write(dest: Path) -> None:
+        (dest / "_build").mkdir()
+        (dest / "_build" / "backend.py").write_text(
+            "from setuptools.build_meta import *  # noqa\n"
+            "from setuptools import build_meta as _real\n"
+            "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+            "    print('IN-TREE BACKEND')\n"
+            "    return _real.build_wheel(wheel_directory, config_settings, metadata_directory)\n"
+        )
+        (dest / "pyproject.toml").write_text(
+            '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "backend"\n'
+            'backend-path = ["_build"]\n\n[project]\nname = "intree"\nversion = "2.0"\n'
+        )
+        (dest / "intree").mkdir()
+        (dest / "intree" / "__init__.py").write_text("")
+
+    return Sources(write)
+
+
+def setup_py_only_source() -> Sources:
+    """No pyproject.toml at all: setuptools' legacy backend, as pip would pick."""
+
+    def write(dest: Path) -> None:
+        (dest / "setup.py").write_text(
+            "from setuptools import setup\n"
+            "setup(name='legacy', version='3.0', packages=['legacy'])\n"
+        )
+        (dest / "legacy").mkdir()
+        (dest / "legacy" / "__init__.py").write_text("")
+
+    return Sources(write)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("source", "wheel", "said"),
+    [
+        (in_tree_backend_source, "intree-2.0-py3-none-any.whl", "IN-TREE BACKEND"),
+        (setup_py_only_source, "legacy-3.0-py3-none-any.whl", "Successfully built legacy"),
+    ],
+)
+def test_the_default_build_calls_the_projects_own_pep517_backend(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+    source: Callable[[], Sources],
+    wheel: str,
+    said: str,
+) -> None:
+    built = build_wheel(
+        docker_client, cache, "pypto", "d" * 40, source(), settings, ccache_dir=ccache_dir
+    )
+
+    assert built.ok, built.reason
+    assert built.wheel is not None and built.wheel.name == wheel
+    assert said in built.log_path.read_text()
