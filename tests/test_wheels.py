@@ -351,6 +351,21 @@ def test_two_runs_sharing_a_cache_build_a_wheel_once(
     assert len(source.exports) == 1
 
 
+def build_simplers(
+    client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+    commits: list[str],
+) -> None:
+    """One simpler wheel per commit into the cache, oldest first."""
+    for commit in commits:
+        result = build_wheel(
+            client, cache, "simpler", commit, simpler_source(), settings, ccache_dir=ccache_dir
+        )
+        assert result.ok, result.reason
+
+
 @pytest.mark.docker
 def test_pruning_to_a_size_drops_the_least_recently_used_wheels_first(
     docker_client: docker.DockerClient,
@@ -359,17 +374,7 @@ def test_pruning_to_a_size_drops_the_least_recently_used_wheels_first(
     ccache_dir: Path,
 ) -> None:
     commits = ["1a" * 20, "2b" * 20, "3c" * 20]
-    for commit in commits:
-        result = build_wheel(
-            docker_client,
-            cache,
-            "simpler",
-            commit,
-            simpler_source(),
-            settings,
-            ccache_dir=ccache_dir,
-        )
-        assert result.ok, result.reason
+    build_simplers(docker_client, cache, settings, ccache_dir, commits)
     assert cache.lookup("simpler", commits[0], settings) is not None  # the oldest, used again
 
     assert [e.commit for e in cache.entries()] == [commits[1], commits[2], commits[0]]
@@ -587,17 +592,7 @@ def test_prune_keeps_the_wheels_a_running_session_uses_until_it_ends_or_dies(
 ) -> None:
     root = tmp_path / "cache" / "wheels"
     used, idle, other = "1a" * 20, "2b" * 20, "3c" * 20
-    for commit in (used, idle, other):
-        result = build_wheel(
-            docker_client,
-            WheelCache(root),
-            "simpler",
-            commit,
-            simpler_source(),
-            settings,
-            ccache_dir=ccache_dir,
-        )
-        assert result.ok, result.reason
+    build_simplers(docker_client, WheelCache(root), settings, ccache_dir, [used, idle, other])
     session = WheelCache(root, lease=True)  # a run of this process
     assert session.lookup("simpler", used, settings) is not None
     # A run in another process, killed while it uses a wheel.
@@ -635,40 +630,38 @@ def test_prune_keeps_the_wheels_a_running_session_uses_until_it_ends_or_dies(
     assert list((root / ".leases").iterdir()) == []
 
 
-def in_tree_backend_source() -> Sources:
-    """A project whose backend lives in its own tree (`backend-path`), as some projects' do."""
+def files_source(files: dict[str, str]) -> Callable[[], Sources]:
+    """A project made of these files (path: text)."""
 
     def write(dest: Path) -> None:
-        (dest / "_build").mkdir()
-        (dest / "_build" / "backend.py").write_text(
-            "from setuptools.build_meta import *  # noqa\n"
-            "from setuptools import build_meta as _real\n"
-            "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
-            "    print('IN-TREE BACKEND')\n"
-            "    return _real.build_wheel(wheel_directory, config_settings, metadata_directory)\n"
-        )
-        (dest / "pyproject.toml").write_text(
-            '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "backend"\n'
-            'backend-path = ["_build"]\n\n[project]\nname = "intree"\nversion = "2.0"\n'
-        )
-        (dest / "intree").mkdir()
-        (dest / "intree" / "__init__.py").write_text("")
+        for name, text in files.items():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_text(text)
 
-    return Sources(write)
+    return lambda: Sources(write)
 
 
-def setup_py_only_source() -> Sources:
-    """No pyproject.toml at all: setuptools' legacy backend, as pip would pick."""
-
-    def write(dest: Path) -> None:
-        (dest / "setup.py").write_text(
-            "from setuptools import setup\n"
-            "setup(name='legacy', version='3.0', packages=['legacy'])\n"
-        )
-        (dest / "legacy").mkdir()
-        (dest / "legacy" / "__init__.py").write_text("")
-
-    return Sources(write)
+# A project whose backend lives in its own tree (`backend-path`), as some projects' do.
+in_tree_backend_source = files_source(
+    {
+        "_build/backend.py": "from setuptools.build_meta import *  # noqa\n"
+        "from setuptools import build_meta as _real\n"
+        "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+        "    print('IN-TREE BACKEND')\n"
+        "    return _real.build_wheel(wheel_directory, config_settings, metadata_directory)\n",
+        "pyproject.toml": '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "backend"\n'
+        'backend-path = ["_build"]\n\n[project]\nname = "intree"\nversion = "2.0"\n',
+        "intree/__init__.py": "",
+    }
+)
+# No pyproject.toml at all: setuptools' legacy backend, as pip would pick.
+setup_py_only_source = files_source(
+    {
+        "setup.py": "from setuptools import setup\n"
+        "setup(name='legacy', version='3.0', packages=['legacy'])\n",
+        "legacy/__init__.py": "",
+    }
+)
 
 
 @pytest.mark.docker
