@@ -624,7 +624,7 @@ class DockerTester:
         for name, builder in builders.items():
             if builder is not None:
                 record.builders[name] = builder.image_id
-                record.build_tools[name] = list(builder.resolution.pins)
+                record.build_tools[name] = list(builder.tools)
         wheels = self._wheels(pypto, simpler, builders)
         for name in ("simpler", "pypto"):
             wheel = wheels.get(name)

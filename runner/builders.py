@@ -568,15 +568,44 @@ class Builder:
     built: bool = False
     pip_wheel: Path | None = None  # set when the base image has no pip: test images need one
 
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The resolution's pins as the versions installed (`installed`)."""
+        return installed(self.resolution.pins, self.wheels)
+
     def summary(self) -> dict[str, object]:
         return {
             "image": self.image_id,
             "key": self.key,
             "requires": list(self.resolution.declared),
             "pins": list(self.resolution.pins),
+            "tools": list(self.tools),
             "wheels": list(self.wheels),
             "notes": list(self.resolution.notes),
         }
+
+
+def installed(pins: Sequence[str], wheels: Iterable[str]) -> tuple[str, ...]:
+    """Each pin as `name==version` of the wheel that was installed for it.
+
+    A pin is a requirement as given where nothing chose the version (a user's range, or a
+    wheelhouse without upload times: pip's newest), so it cannot say which tool built a wheel;
+    the downloaded wheel's file name can. A pin without a wheel (an sdist) stays as it is."""
+    versions: dict[str, str] = {}
+    for name in wheels:
+        with contextlib.suppress(InvalidWheelFilename):
+            project, version, _build, _tags = parse_wheel_filename(name)
+            versions[project] = str(version)
+    out = []
+    for pin in pins:
+        try:
+            requirement = Requirement(pin)
+        except InvalidRequirement:
+            out.append(pin)
+            continue
+        version = versions.get(canonicalize_name(requirement.name))
+        out.append(f"{requirement.name}=={version}" if version else pin)
+    return tuple(out)
 
 
 class Provisioner:
@@ -736,7 +765,7 @@ class Provisioner:
             KIND_LABEL: BUILDER_KIND,
             KEY_LABEL: key,
             f"{LABEL}.base-image-id": self.base_image_id,
-            f"{LABEL}.build-tools": " ".join(resolution.pins),
+            f"{LABEL}.build-tools": " ".join(installed(resolution.pins, names)),
         }
         dockerfile = render_template(
             _TEMPLATE,

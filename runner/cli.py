@@ -1114,7 +1114,7 @@ def builder_prepare(
             "package": item.package,
             "commit": item.commit,
             "builder": item.builder.image_id if item.builder else None,
-            "build_tools": list(item.resolution.pins),
+            "build_tools": list(item.builder.tools if item.builder else item.resolution.pins),
             "notes": list(item.resolution.notes),
         }
         for item in planned

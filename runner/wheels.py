@@ -802,7 +802,7 @@ def _build(
             "reason": reason,
             "settings": settings.summary(),
             "builder": builder.image_id if builder else None,
-            "build_tools": list(builder.resolution.pins) if builder else None,
+            "build_tools": list(builder.tools) if builder else None,
             "ccache": list(counts) if counts else None,
         },
     )

@@ -413,6 +413,18 @@ def test_builder_prepare_builds_the_ranges_builders_ahead_and_refuses_what_nothi
     assert NEW in by_commit[sample.pypto_shas[8]]["build_tools"]
     listed = {row["id"] for row in cli("builder", "ls", "--json").json()}
     assert {r["builder"] for r in rows} <= listed
+    # A range pin: what was installed is recorded, not the range (the wheelhouse has no upload
+    # times, so pip takes the newest release below 1).
+    ranged = cli(
+        "builder",
+        "prepare",
+        *common,
+        "--json",
+        "--build-pin",
+        '{"requirements": ["scikit-build-core<1"]}',
+    )
+    assert ranged.returncode == 0, ranged.stderr
+    assert all(OLD in row["build_tools"] for row in ranged.json()), ranged.json()
 
     refused = cli("builder", "prepare", *common, "--build-pin", '{"requirements": ["ninja==0.1"]}')
     assert refused.returncode == 2
