@@ -1122,12 +1122,14 @@ def builder_prepare(
     if json_out:
         OUT.print_json(data=rows)
         return
+    # One line per builder and package: a range of months resolves to a handful of tool sets.
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for row in rows:
-        OUT.print(
-            f"{row['package']:7} {row['commit'][:12]}  {(row['builder'] or '')[7:19]}  "
-            f"{' '.join(row['build_tools'])}",
-            markup=False,
-        )
+        tools = " ".join(row["build_tools"])
+        groups.setdefault((row["package"], row["builder"] or "", tools), []).append(row["commit"])
+    for (package, builder, tools), commits in groups.items():
+        which = commits[0][:12] if len(commits) == 1 else f"{len(commits)} commits"
+        OUT.print(f"{package:7} {which:12}  {builder[7:19]}  {tools}", markup=False)
 
 
 @builder_app.command("ls")

@@ -219,7 +219,8 @@ def prepare_builders(
         make_provisioner(settings, client, image_id, cache_root, echo=echo),
         submodule_path=settings.submodule_path,
     )
-    return toolchains.plan(chain, history.gitlinks(chain, settings.submodule_path), build=True)
+    gitlinks = history.gitlinks(chain, settings.submodule_path)
+    return toolchains.plan(chain, gitlinks, build=True, every=True)
 
 
 def prepare(settings: Settings) -> Prepared:

@@ -7,10 +7,13 @@ and the Docker side (the provisioner); `run` asks it per attempt, and ahead of t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.builders import Builder, Provisioner, Resolution
+from runner.errors import BisectError
+from runner.history import pointer_states
 from runner.sources import SourceExporter
 
 
@@ -52,24 +55,36 @@ class Toolchains:
         return self.provisioner.builder(resolution, f"{package} {commit[:12]}")
 
     def plan(
-        self, chain: Sequence[str], gitlinks: Mapping[str, str | None], *, build: bool = False
+        self,
+        chain: Sequence[str],
+        gitlinks: Mapping[str, str | None],
+        *,
+        build: bool = False,
+        every: bool = False,
     ) -> list[Planned]:
         """Resolve (and download, or build) the tools of a first-parent range ahead of time.
 
         Covered: the endpoints and every commit that edits pyproject.toml, and the simpler
         commits pinned anywhere in `gitlinks`. A requirement nothing satisfies then stops the
-        run with one line naming the commit before the first bisect step.
+        run with one line naming the commit before the first bisect step. `every` (`builder
+        prepare`): every pypto commit of the range and every simpler commit inside its bumps,
+        since tools picked by date change with the commit's date, not only with its pyproject.
         """
         if not chain:
             return []
         self.phase("build tools")
         changed = set(self.exporter.changed(chain[0], chain[-1], "pyproject.toml"))
-        targets = [("pypto", c, None) for c in chain if c in changed or c in (chain[0], chain[-1])]
+        targets = [
+            ("pypto", c, None) for c in chain if every or c in changed or c in (chain[0], chain[-1])
+        ]
         pinned: dict[str, str] = {}
         for commit in chain:
             sha = gitlinks.get(commit)
             if sha is not None:
                 pinned.setdefault(sha, commit)
+        if every:
+            for sha, at in self._inside_bumps(chain, gitlinks).items():
+                pinned.setdefault(sha, at)
         targets += [("simpler", sha, at) for sha, at in pinned.items()]
         planned = []
         for package, commit, at in targets:
@@ -82,3 +97,23 @@ class Toolchains:
                 made = None
             planned.append(Planned(package, commit, resolution, made))
         return planned
+
+    def _inside_bumps(
+        self, chain: Sequence[str], gitlinks: Mapping[str, str | None]
+    ) -> dict[str, str]:
+        """The simpler commits a second level may test, each with its bump's pypto commit; a
+        bump whose history is missing or unrelated has none (the run says why if it gets there)."""
+        inside: dict[str, str] = {}
+        for before, commit in itertools.pairwise(chain):
+            old, new = gitlinks.get(before), gitlinks.get(commit)
+            if old is None or new is None or old == new:
+                continue
+            try:
+                _direction, states = pointer_states(
+                    self.exporter.submodule_git_dir(self.path), old, new
+                )
+            except BisectError:
+                continue
+            for sha in states:
+                inside.setdefault(sha, commit)
+        return inside

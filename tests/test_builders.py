@@ -407,7 +407,10 @@ def test_builder_prepare_builds_the_ranges_builders_ahead_and_refuses_what_nothi
 
     assert prepared.returncode == 0, prepared.stderr
     rows = prepared.json()
-    assert {r["package"] for r in rows} == {"pypto", "simpler"}
+    # Every commit a bisect of the range may build: tools picked by date follow the commit's date.
+    assert {r["commit"] for r in rows if r["package"] == "pypto"} == set(sample.pypto_shas[3:])
+    inside_bump = set(sample.simpler_shas[1:6])  # the bump at pypto 5 moves simpler 1 -> 5
+    assert {r["commit"] for r in rows if r["package"] == "simpler"} == inside_bump
     by_commit = {r["commit"]: r for r in rows if r["package"] == "pypto"}
     assert OLD in by_commit[sample.pypto_shas[3]]["build_tools"]
     assert NEW in by_commit[sample.pypto_shas[8]]["build_tools"]
