@@ -505,11 +505,14 @@ import sys
 out = os.path.abspath(sys.argv[1])
 try:
     import tomllib
-except ImportError:
+except ImportError:  # before Python 3.11: the backends' own reader, else pip's
     try:
-        from pip._vendor import tomli as tomllib
+        import tomli as tomllib
     except ImportError:
-        tomllib = None
+        try:
+            from pip._vendor import tomli as tomllib
+        except ImportError:
+            tomllib = None
 if tomllib is None:  # nothing here reads TOML: let pip do it
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     os.execv(sys.executable, pip + ["--no-index", "-w", out, "."])
