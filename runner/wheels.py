@@ -505,15 +505,12 @@ import sys
 out = os.path.abspath(sys.argv[1])
 try:
     import tomllib
-except ImportError:  # before Python 3.11: the backends' own reader, else pip's
+except ImportError:  # before Python 3.11: the reader scikit-build-core installs there
     try:
         import tomli as tomllib
     except ImportError:
-        try:
-            from pip._vendor import tomli as tomllib
-        except ImportError:
-            tomllib = None
-if tomllib is None:  # nothing here reads TOML: let pip do it
+        tomllib = None
+if tomllib is None:  # nothing reads TOML here (never import pip: setuptools then breaks)
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     os.execv(sys.executable, pip + ["--no-index", "-w", out, "."])
 system = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from runner.config import PEP517_FRONTEND_PATH
 from runner.errors import InfrastructureError
 from runner.execute import LABEL
 from runner.sample.packages import write_pypto, write_simpler
@@ -688,3 +689,24 @@ def test_the_default_build_calls_the_projects_own_pep517_backend(
     assert built.ok, built.reason
     assert built.wheel is not None and built.wheel.name == wheel
     assert said in built.log_path.read_text()
+
+
+@pytest.mark.docker
+def test_the_build_frontend_falls_back_to_pip_where_nothing_reads_toml(
+    docker_client: docker.DockerClient, cache: WheelCache, settings: BuildSettings, ccache_dir: Path
+) -> None:
+    """A Python before 3.11 without tomli (a setuptools-only builder) cannot read pyproject.toml;
+    pip can. Importing pip's own reader instead would break setuptools' distutils shim."""
+    no_toml = (
+        "import sys; sys.modules['tomllib'] = sys.modules['tomli'] = None; "
+        f"sys.argv = ['frontend', '/out']; exec(open('{PEP517_FRONTEND_PATH}').read())"
+    )
+    old_python = replace(settings, command=f'python3 -c "{no_toml}"')
+
+    built = build_wheel(
+        docker_client, cache, "pypto", "e" * 40, pypto_source(2), old_python, ccache_dir=ccache_dir
+    )
+
+    assert built.ok, built.reason
+    assert built.wheel is not None and built.wheel.name == "pypto-0.2.0-py3-none-any.whl"
+    assert "Successfully built pypto" in built.log_path.read_text()
