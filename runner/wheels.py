@@ -58,6 +58,13 @@ _ENOSPC = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.I
 _COMPILER_KILLED = re.compile(
     r"Killed signal terminated program|internal compiler error: Killed|fatal error: Killed"
 )
+# What a build that tried to download something says in a container without network.
+_OFFLINE = re.compile(
+    r"Could not resolve host|Temporary failure in name resolution|Name or service not known"
+    r"|Network is unreachable|unable to access 'https?://|Failed to establish a new connection"
+    r"|getaddrinfo failed|No address associated with hostname",
+    re.IGNORECASE,
+)
 _STALE_TMP_SECONDS = 24 * 3600
 _HEX_KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -776,6 +783,11 @@ def _build(
     reason = ""
     if result.exit_code != 0:
         reason = f"build failed (exit {result.exit_code}): {last_error_line(result.output)}"
+        if not settings.network and _OFFLINE.search(result.output):
+            reason += (
+                " (the build tried to reach the network, and builds have none: give it what it "
+                "fetches, e.g. --pto-isa-root for simpler's pto-isa, or allow --build-network)"
+            )
     elif len(wheels) != 1:
         names = ", ".join(w.name for w in wheels) or "none"
         reason = f"build failed (exit 0): expected exactly one wheel in /out, found {names}"

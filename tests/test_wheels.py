@@ -710,3 +710,23 @@ def test_the_build_frontend_falls_back_to_pip_where_nothing_reads_toml(
     assert built.ok, built.reason
     assert built.wheel is not None and built.wheel.name == "pypto-0.2.0-py3-none-any.whl"
     assert "Successfully built pypto" in built.log_path.read_text()
+
+
+@pytest.mark.docker
+def test_a_build_that_needs_the_network_says_so_and_how_to_give_it_what_it_fetches(
+    docker_client: docker.DockerClient, cache: WheelCache, settings: BuildSettings, ccache_dir: Path
+) -> None:
+    """As simpler's build does when it clones pto-isa without a local copy."""
+    fetching = files_source(
+        {
+            "setup.py": "import urllib.request\n"
+            "urllib.request.urlopen('https://github.com/hw-native-sys/pto-isa', timeout=10)\n"
+        }
+    )
+
+    built = build_wheel(
+        docker_client, cache, "simpler", "f" * 40, fetching(), settings, ccache_dir=ccache_dir
+    )
+
+    assert not built.ok
+    assert "builds have none" in built.reason and "--pto-isa-root" in built.reason, built.reason
