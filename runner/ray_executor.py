@@ -25,6 +25,7 @@ import io
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import tarfile
@@ -68,12 +69,17 @@ NPU = "NPU"  # Ray's resource name for Huawei Ascend cards
 TASK_RETRIES = 2  # Ray's own retries of a task whose node or worker died
 STARVED_S = 60.0  # how long a task may wait while no live node could ever take it
 _POLL_S = 2.0
+_CANCEL_GRACE_S = 30.0  # how long an interrupted driver waits for its tasks to clean up
 NODE_DIR_ENV = "BISECT_NODE_DIR"  # read on the nodes; not a driver setting
 _PROBE = ".ray-driver-{token}"  # in the cache dir: a node that sees it shares the driver's disk
 
 
 def import_ray() -> Any:
     """The `ray` module, or a one-line error that says how to get it."""
+    # Ray's core worker installs absl's fatal-signal handler in the driver, SIGTERM included: a
+    # CI runner's cancel dumped a stack and killed the process before the tool could remove its
+    # containers and say "interrupted". The tool handles SIGTERM itself (as Ctrl-C).
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         import ray
     except ImportError:
@@ -356,6 +362,7 @@ class RayExecutor(Executor):
         self._refs: dict[str, list[Any]] = {}  # driver path -> [ObjectRef]
         self._retired: dict[tuple[str, str], str] = {}
         self._closed = False
+        self._stopping = False  # closed with cancel: waiting threads give up
         self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="ray")
         retries = {"max_retries": TASK_RETRIES, "retry_exceptions": False}
         self._build_task = ray.remote(build_on_node).options(num_cpus=1, **retries)
@@ -373,6 +380,9 @@ class RayExecutor(Executor):
         address = settings.ray_address or "auto"
         logging.getLogger("ray").setLevel(logging.WARNING)
         _check_reachable(ray, address)
+        # ray.init makes SIGTERM a bare sys.exit(15): the tool's own handler (an interrupt that
+        # removes the containers and says so) is put back afterwards.
+        on_sigterm = signal.getsignal(signal.SIGTERM)
         try:
             # The nodes run their own installation of this package (the same version): shipping
             # `runner` as a py_module would leave its Dockerfile templates behind.
@@ -383,6 +393,9 @@ class RayExecutor(Executor):
                 f"cannot join the Ray cluster at {address!r} ({first}); start one with "
                 f"`ray start --head` or pass --ray-address HOST:PORT{_auth_hint()}"
             ) from None
+        finally:
+            if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+                signal.signal(signal.SIGTERM, on_sigterm)
         _cluster_messages_to_stderr(ray)
         token = uuid.uuid4().hex
         probe = prepared.cache_root / _PROBE.format(token=token)
@@ -473,6 +486,7 @@ class RayExecutor(Executor):
     def close(self, *, cancel: bool) -> None:
         with self._lock:
             self._closed = True
+            self._stopping = cancel
             doomed = [
                 ref
                 for ref, key in self._tasks.items()
@@ -481,7 +495,14 @@ class RayExecutor(Executor):
         for ref in doomed:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref)
-        self._threads.shutdown(wait=not cancel, cancel_futures=True)
+        if cancel and doomed:
+            # A cancelled task removes its container as it unwinds; a driver that disconnects
+            # first takes its workers down with it, and their containers stay behind.
+            with contextlib.suppress(Exception):
+                self.ray.wait(doomed, num_returns=len(doomed), timeout=_CANCEL_GRACE_S)
+        # Every driver thread must be out of Ray's calls before it shuts down (a thread still in
+        # ray.wait then crashed the process); with cancel they give up within one poll.
+        self._threads.shutdown(wait=True, cancel_futures=True)
         with contextlib.suppress(OSError):
             Path(self.settings.probe).unlink()
         if self.client is not None:
@@ -564,6 +585,8 @@ class RayExecutor(Executor):
         NPU node gone): Ray would keep it pending until one joins."""
         starved: float | None = None
         while not self.ray.wait([ref], timeout=min(_POLL_S, self._starved_s))[0]:
+            if self._stopping:
+                raise Cancelled(f"{what} was stopped: the session is stopping")
             if self._feasible(run):
                 starved = None
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -415,3 +416,45 @@ def test_cluster_messages_go_to_stderr_without_colour_codes_off_a_terminal(capsy
     assert out == ""
     assert f"(raylet, ip=10.0.0.2) {event}" in err
     assert "\x1b[" not in err
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
+def test_an_interrupted_ray_driver_says_so_and_leaves_no_container_on_any_node(
+    signal_number, sample_factory, ray_cluster, ray_cache, docker_client, tmp_path
+):
+    """Ctrl-C (or a CI runner's SIGTERM) while examples run on the workers: exit 130 with the
+    tool's own line, and the nodes' containers removed before the driver goes (Ray's fatal-signal
+    handler used to dump a stack and kill the driver with 15 or 134)."""
+    sample = sample_factory(TWO_LEVEL)
+    work = tmp_path / "work"
+    driver = start_driver(sample, work, ray_cache, ray_cluster)
+    nodes = os.environ[NODE_DIR_ENV]  # where this cluster's nodes run examples from
+
+    def ours() -> list[str]:
+        return [
+            c["Names"][0]
+            for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+            if any(str(m["Source"]).startswith(nodes) for m in c["Mounts"])
+        ]
+
+    try:
+        deadline = time.monotonic() + 300
+        while driver.poll() is None and time.monotonic() < deadline:
+            examples = docker_client.api.containers(
+                filters={"label": [f"{LABEL}=1", f"{KIND_LABEL}=example"]}
+            )
+            if any(c["Labels"][OWNER_LABEL].split(":")[0] for c in examples) and ours():
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, "the bisect ended before an example ran on a node"
+        driver.send_signal(signal_number)
+        _out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+
+    assert driver.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted:"), err
+    assert "SIGTERM received" not in err and "PC: @" not in err
+    assert ours() == [], "the interrupted run's containers were left on the nodes"
