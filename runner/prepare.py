@@ -67,17 +67,28 @@ def _directory(value: Path | None, flag: str, what: str, given: str | None = Non
 def _unused_settings(settings: Settings) -> list[str]:
     """Settings the chosen search ignores: say so rather than let the user believe them."""
     given = settings.model_fields_set
+    unused = []
     if settings.repeat is None and "policy" in given:
-        return [
+        unused.append(
             f"{settings.given_as('policy')} applies to fixed repeats only (--repeat N); "
             "the confidence search runs"
-        ]
+        )
     if settings.repeat is not None and "confidence" in given:
-        return [
+        unused.append(
             f"{settings.given_as('confidence')} is not used with --repeat "
             f"{settings.repeat}: each commit runs that many times"
-        ]
-    return []
+        )
+    if settings.executor == "ray" and "device" in given:
+        unused.append(
+            f"{settings.given_as('device')} is not used with --executor ray: Ray picks the cards "
+            "(a simulator run is lane 0 of its own container)"
+        )
+    if settings.executor != "ray" and "ray_address" in given:
+        unused.append(
+            f"{settings.given_as('ray_address')} is not used: the run is local without "
+            "--executor ray"
+        )
+    return unused
 
 
 def _fits_the_engine(client: docker.DockerClient, cpus: float, given_as: str = "--cpus") -> None:

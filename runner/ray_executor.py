@@ -263,7 +263,8 @@ def run_on_ray_node(task: _RunOnNode, settings: NodeSettings) -> _Ran:
     shared = _shared(settings)
     cards = [str(c) for c in ray.get_runtime_context().get_accelerator_ids().get(NPU, [])]
     if is_simulator(settings.platform):
-        device = job.run.device
+        # Each run is a simulator of its own container: lane 0, whatever --device said.
+        device = "0"
         slot = Slot(device=device, cpus=settings.cpus, node=name)
     else:
         device = ",".join(cards)

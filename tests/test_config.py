@@ -398,6 +398,11 @@ def test_settings_the_chosen_search_ignores_are_warned_about():
     assert _unused_settings(Settings(repeat=3, policy="any-fail")) == []
     assert "fixed repeats only" in _unused_settings(Settings(policy="any-fail"))[0]
     assert "not used with --repeat 3" in _unused_settings(Settings(repeat=3, confidence=0.99))[0]
+    [ray_device] = _unused_settings(Settings(executor="ray", device="0,1"))
+    assert ray_device.startswith("--device is not used with --executor ray")
+    assert _unused_settings(Settings(executor="ray")) == []
+    [local] = _unused_settings(Settings(ray_address="127.0.0.1:6379"))
+    assert local.startswith("--ray-address is not used")
 
 
 def test_a_table_key_with_a_plain_value_is_refused_even_when_a_flag_gives_the_table(tmp_path):

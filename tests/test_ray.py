@@ -27,6 +27,7 @@ from runner.ray_executor import (
     _require_image,
     _sweep_dead_runs,
 )
+from runner.sample.demo import on_simulator
 from runner.sample.histories import SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from runner.sources import SourceExporter
@@ -458,3 +459,23 @@ def test_an_interrupted_ray_driver_says_so_and_leaves_no_container_on_any_node(
     assert err.strip().splitlines()[-1].startswith("interrupted:"), err
     assert "SIGTERM received" not in err and "PC: @" not in err
     assert ours() == [], "the interrupted run's containers were left on the nodes"
+
+
+@pytest.mark.docker
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_simulator_runs_on_ray_are_lane_0_of_their_container_whatever_device_says(
+    sample_factory, ray_cluster, ray_cache, tmp_path
+):
+    """Examples parse `-d` as one lane; `--device 0,1` used to reach every Ray run as `-d 0,1`."""
+    sample = sample_factory(TWO_LEVEL)
+    args = run_args(sample, tmp_path / "work", ray_cache, "--executor", "ray")
+    args = on_simulator([*args, "--ray-address", ray_cluster.address], "0,1")
+
+    result = cli(*args, env=ray_cluster.env)
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "work" / "report.json").read_text())
+    assert culprits(report) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
+    assert {step["device"] for step in report["steps"]} == {"0"}
+    assert "--device is not used with --executor ray" in result.stderr
