@@ -611,13 +611,13 @@ def status(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
     """Where a bisect stands: the range per level, steps done and left, the last verdicts."""
-    from runner.ledger import earlier_sessions
+    from runner.ledger import earlier_sessions, in_use
     from runner.workflow import ledger_path, replay
 
     with guarded():
         root = _workdir(workdir, config)
         state = replay(root, cache_dir, session)
-        data = _status_data(state)
+        data = _status_data(state, running=session is None and in_use(ledger_path(root.resolve())))
         data["session"] = session
         data["earlier_sessions"] = list(earlier_sessions(ledger_path(root.resolve())))
     if json_out:
@@ -631,8 +631,9 @@ def status(
             held = level["suspects"]
             OUT.print(
                 f"{level['level']} level: likeliest first bad {level['likeliest'][:12]} "
-                f"({level['probability']:.0%}); {held} candidate{'s' if held != 1 else ''} "
-                f"hold 99% of the probability; {level['runs']} runs, {about}"
+                f"({level['probability']:.0%}); {held} "
+                f"{'candidates hold' if held != 1 else 'candidate holds'} 99% of the probability; "
+                f"{level['runs']} runs, {about}"
             )
             continue
         OUT.print(
@@ -649,13 +650,14 @@ def status(
     for step in data["last"]:
         OUT.print(
             f"  {step['verdict']:4} {step['level']:7} pypto {step['pypto'][:12]} "
-            f"simpler {(step['simpler'] or 'none')[:12]} {step['reason']}"
+            f"simpler {(step['simpler'] or 'none')[:12]} {step['reason']} ({step['run_id']})"
         )
     if data["earlier_sessions"]:
         OUT.print(f"earlier sessions (--session NAME): {', '.join(data['earlier_sessions'])}")
 
 
-def _status_data(state: Any) -> dict:
+def _status_data(state: Any, running: bool = False) -> dict:
+    """`running`: a run holds the workdir now (else an unfinished session is stopped)."""
     from runner.search import bounds
 
     outcome = state.outcome
@@ -690,8 +692,13 @@ def _status_data(state: Any) -> dict:
         )
     if state.endpoint_failure is not None:
         text = f"stopped: the known-{state.endpoint_failure.which} endpoint did not reproduce"
-    elif outcome.pending is not None:
+    elif outcome.pending is not None and running:
         text = f"in progress: next {outcome.pending}"
+    elif outcome.pending is not None:
+        text = (
+            f"stopped before the end (no run holds the workdir): next {outcome.pending}; "
+            "rerun the same command to resume"
+        )
     else:
         text = f"finished: source {outcome.source}"
     attempts = state.document.attempts

@@ -538,6 +538,22 @@ def session_copy(backup: Path, name: str) -> Path:
     return backup.with_name(f"{name}.{session_name(backup)}.bak")
 
 
+def in_use(path: Path) -> bool:
+    """Whether a run holds the ledger at `path` now (the lock a run keeps while it writes)."""
+    lock = _lock_path(path)
+    if not lock.exists():
+        return False
+    probe = FileLock(str(lock))
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return True
+    except OSError:
+        return False  # a read-only workdir: nobody writes there
+    probe.release()
+    return False
+
+
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 

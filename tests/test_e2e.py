@@ -302,6 +302,8 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
         assert process.poll() is None, "the run ended before it could be killed"
         time.sleep(0.2)
     time.sleep(1.5)  # well inside the next attempt
+    running = cli("status", "--workdir", str(workdir), "--cache-dir", str(cache), "--json")
+    assert running.json()["state"].startswith("in progress: next "), running.stdout
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     recorded = _attempts(workdir)
@@ -312,6 +314,8 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     assert status.json()["attempts"] == len(recorded)
 
     pending = status.json()["state"]
+    assert pending.startswith("stopped before the end (no run holds the workdir): next ")
+    assert pending.endswith("rerun the same command to resume")
 
     result = cli(*run_args(sample, workdir, cache), "--json")
 
