@@ -24,6 +24,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -691,10 +692,31 @@ def _cluster_messages_to_stderr(ray: Any) -> None:
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
     def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
-        original({**data, "is_err": True}, ignore_prefix)
+        lines = data.get("lines") or []
+        if data.get("pid") == "raylet":
+            lines = cluster_events(lines)
+            if not lines:
+                return
+        original({**data, "lines": lines, "is_err": True}, ignore_prefix)
 
     to_stderr.to_stderr = True  # type: ignore[attr-defined]
     worker.print_to_stdstream = to_stderr
+
+
+_RAY_LOG_LINE = re.compile(r"^\s*\[\d{4}-\d\d-\d\d [\d:,.]+ [A-Z] \d+ \d+\]|^\s*\[state-dump\]")
+
+
+def cluster_events(lines: Sequence[str]) -> list[str]:
+    """What a user needs of a raylet's message: its first line, shortened. A node that died
+    sends its last log lines too (dozens of C++ log and state-dump lines), and every message
+    continues with indented detail; the tool says itself what it does about a lost node (the
+    task is retried elsewhere; it is never a verdict)."""
+    kept = []
+    for line in lines:
+        if not line.strip() or line[:1].isspace() or _RAY_LOG_LINE.match(line):
+            continue
+        kept.append(line if len(line) <= 160 else line[:157].rstrip() + "...")
+    return kept
 
 
 def _first_line(exc: BaseException) -> str:
