@@ -390,7 +390,9 @@ class RayExecutor(Executor):
             # `runner` as a py_module would leave its Dockerfile templates behind.
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # Ray's messages run over several lines ("To fix this, either:" and a list).
+            said = " ".join(str(exc).split()) or type(exc).__name__
+            first = said if len(said) <= 240 else said[:237].rstrip() + "..."
             raise InfrastructureError(
                 f"cannot join the Ray cluster at {address!r} ({first}); start one with "
                 f"`ray start --head` or pass --ray-address HOST:PORT{_auth_hint()}"
@@ -421,11 +423,17 @@ class RayExecutor(Executor):
         )
         if not executor.slots:
             executor.close(cancel=True)
-            what = "CPU" if is_simulator(settings.platform) else f"{settings.cards_per_test} {NPU}"
+            if is_simulator(settings.platform):
+                cpus = settings.cpus or 1
+                raise BadInput(
+                    f"the Ray cluster at {address!r} has no node with {cpus:g} CPUs for a "
+                    f"simulator run (--cpus {cpus:g}); start nodes with more "
+                    "(`ray start --address ... --num-cpus N`) or lower --cpus"
+                )
             raise BadInput(
-                f"the Ray cluster at {address!r} has no node with {what} to run an example; "
-                f"start the NPU nodes with `ray start --address ... --resources "
-                f"'{{\"{NPU}\": N}}'` (N cards each)"
+                f"the Ray cluster at {address!r} has no node with {settings.cards_per_test} "
+                f"{NPU} to run an example; start the NPU nodes with `ray start --address ... "
+                f"--resources '{{\"{NPU}\": N}}'` (N cards each)"
             )
         return executor
 
@@ -650,6 +658,14 @@ class RayExecutor(Executor):
 def _check_reachable(ray: Any, address: str) -> None:
     """Fail in seconds when nothing listens at the cluster's address: `ray.init` would retry
     for minutes before it gives up."""
+    if address != "auto":
+        scheme, _, rest = address.rpartition("://")
+        host, _, port = rest.rpartition(":")
+        if scheme not in ("", "ray") or not host or not port.isdigit():
+            raise BadInput(
+                f"--ray-address {address}: give the head's HOST:PORT (its GCS port, 6379 unless "
+                "`ray start --head --port` said otherwise), ray://HOST:PORT, or auto"
+            )
     resolve = getattr(getattr(ray, "_private", None), "services", None)
     try:
         if address == "auto" and resolve is not None:

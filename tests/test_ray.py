@@ -155,6 +155,8 @@ def test_a_cluster_address_nobody_answers_fails_in_seconds_with_one_line(
     sample = sample_factory(TWO_LEVEL)
     address = f"127.0.0.1:{unused_port}"
     args = run_args(sample, tmp_path / "w", tmp_path / "c", "--executor", "ray")
+    at = args.index("--device")
+    del args[at : at + 2]  # Ray picks the cards
     started = time.monotonic()
 
     result = cli(*args, "--ray-address", address, env=LOOPBACK_ONLY, timeout=120)
@@ -163,6 +165,14 @@ def test_a_cluster_address_nobody_answers_fails_in_seconds_with_one_line(
     assert f"no Ray cluster answers at {address}" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert time.monotonic() - started < 60
+    for malformed in ("garbage", f"http://127.0.0.1:{unused_port}"):
+        refused = cli(*args, "--ray-address", malformed, env=LOOPBACK_ONLY, timeout=120)
+        assert refused.returncode == 2, refused.stderr  # bad input, not the machine's fault
+        [line] = refused.stderr.strip().splitlines()
+        assert line == (
+            f"error: --ray-address {malformed}: give the head's HOST:PORT (its GCS port, 6379 "
+            "unless `ray start --head --port` said otherwise), ray://HOST:PORT, or auto"
+        )
 
 
 @pytest.mark.docker
