@@ -488,6 +488,18 @@ def resolve(
             notes.append(f"{name}: pinned by build_pins")
             continue
         chosen.append(_choose(requirement, when, sources, by_date, where, notes))
+    for text in list(chosen):
+        requirement = Requirement(text)
+        hook = _HOOK_REQUIRES.get(canonicalize_name(requirement.name))
+        if hook is None or hook[0] in seen or not _older_than(requirement, hook[1]):
+            continue
+        needed, _fixed = hook
+        seen.add(needed)
+        notes.append(f"{needed}: {requirement} builds wheels with it (its build hook asks)")
+        if needed in pinned:
+            chosen.append(pinned.pop(needed))
+        else:
+            chosen.append(_choose(Requirement(needed), when, sources, by_date, where, notes))
     for name, text in sorted(pinned.items()):
         chosen.append(text)
         notes.append(f"{name}: added by build_pins")
@@ -498,6 +510,25 @@ def resolve(
 # (`get_requires_for_build_wheel`): the extra that brings it, and the first version without the
 # need. scikit-build-core before 0.9 needed pathspec and pyproject-metadata from `[pyproject]`.
 _HOOK_EXTRAS = {"scikit-build-core": ("pyproject", Version("0.9"))}
+# Likewise a whole package: setuptools before 70.1 builds wheels with `wheel`'s bdist_wheel, which
+# a project that declares only "setuptools" (PEP 517 lets the hook ask for it) does not list.
+# Added when the chosen version cannot be one that has it built in.
+_HOOK_REQUIRES = {"setuptools": ("wheel", Version("70.1"))}
+
+
+def _older_than(requirement: Requirement, version: Version) -> bool:
+    """Whether every version the (chosen) requirement admits is older than `version`."""
+    exact = [
+        s.version
+        for s in requirement.specifier
+        if s.operator in ("==", "===") and "*" not in s.version
+    ]
+    if exact:
+        return Version(exact[0]) < version
+    specifier = requirement.specifier
+    return bool(specifier) and not any(
+        specifier.contains(v, prereleases=True) for v in (version, Version("9999"))
+    )
 
 
 def _extras(name: str, version: Version, extras: Iterable[str]) -> str:

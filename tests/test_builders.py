@@ -164,6 +164,26 @@ def test_an_old_scikit_build_core_brings_what_its_build_hook_asks_for(tmp_path: 
     assert new.pins == ("scikit-build-core==0.10.7",)
 
 
+def test_an_old_setuptools_brings_wheel_which_its_build_hook_asks_for(tmp_path: Path) -> None:
+    """Before 70.1 setuptools builds wheels with `wheel`'s bdist_wheel, and a project that
+    declares only "setuptools" relies on the build hook asking for it: without it every build
+    of such a commit failed with "invalid command 'bdist_wheel'"."""
+    for name in ("setuptools-69.0.3", "setuptools-75.0.0", "wheel-0.43.0"):
+        (tmp_path / f"{name}-py3-none-any.whl").write_bytes(b"")
+    sources = PackageSources(wheelhouse=tmp_path)
+
+    old = resolve(["setuptools<70"], where="x", when=when("2024-01-05"), sources=sources)
+    new = resolve(["setuptools"], where="x", when=when("2024-01-05"), sources=sources)
+    declared = resolve(
+        ["setuptools<70", "wheel"], where="x", when=when("2024-01-05"), sources=sources
+    )
+
+    assert old.pins == ("setuptools==69.0.3", "wheel==0.43.0")
+    assert any("wheel: setuptools==69.0.3 builds wheels with it" in n for n in old.notes)
+    assert new.pins == ("setuptools==75.0.0",)
+    assert declared.pins == ("setuptools==69.0.3", "wheel==0.43.0")
+
+
 def test_a_commit_older_than_every_satisfying_release_gets_the_oldest(index: Index) -> None:
     chosen = resolve(
         ["scikit-build-core>=0.10"], where="x", when=when("2023-01-01"), sources=PackageSources()
