@@ -77,7 +77,7 @@ def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisec
 
 
 def test_a_regression_in_a_simpler_commit_inside_a_bump_is_found_at_the_simpler_commit(
-    sample_factory, bisect
+    sample_factory, bisect, tmp_path
 ):
     sample = sample_factory(SIMPLER_REGRESSION)
 
@@ -95,6 +95,12 @@ def test_a_regression_in_a_simpler_commit_inside_a_bump_is_found_at_the_simpler_
     simpler_tests = [s for s in report["steps"] if s["level"] == "simpler"]
     assert len(simpler_tests) <= max_tests(4) + EXTRA
     assert report["stats"]["builds"]["simpler"] <= len(report["steps"])
+    # Every row of the simpler level's table has a subject, the bump's ends (judged with the
+    # pypto level's runs) included.
+    table = (tmp_path / "work" / "report.md").read_text().split("### simpler level")[1]
+    rows = [row["sha"] for row in report["confidence"]["simpler"]["tested"]]
+    assert sample.simpler_shas[1] in rows and sample.simpler_shas[5] in rows
+    assert all(f"| `{sha[:12]}` |  |" not in table for sha in rows), "a subject is missing"
 
 
 def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_factory, bisect):
