@@ -596,6 +596,12 @@ class RayExecutor(Executor):
         starved: float | None = None
         while not self.ray.wait([ref], timeout=min(_POLL_S, self._starved_s))[0]:
             if self._stopping:
+                # Submitted while the session stopped, or not cancelled yet: cancel it, and let it
+                # remove its container before the driver leaves.
+                with contextlib.suppress(Exception):
+                    self.ray.cancel(ref)
+                with contextlib.suppress(Exception):
+                    self.ray.wait([ref], timeout=_CANCEL_GRACE_S)
                 raise Cancelled(f"{what} was stopped: the session is stopping")
             if self._feasible(run):
                 starved = None

@@ -41,6 +41,12 @@ RUN_SECONDS = 2  # long enough to kill a worker while its example runs
 TWO_LEVEL = SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3)
 
 
+def without_device(args: list[str]) -> list[str]:
+    """`run` arguments for Ray, which picks the cards itself (`--device` is warned about)."""
+    at = args.index("--device")
+    return [*args[:at], *args[at + 2 :], "--executor", "ray"]
+
+
 def ray_bisect(sample, work: Path, cache: Path, cluster) -> Cli:
     args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
     return cli(*args, "--json", env=cluster.env)
@@ -136,7 +142,7 @@ def test_executor_ray_without_the_extra_says_how_to_install(sample_factory, tmp_
         "sys.argv[0] = 'bisect-precision-docker'\n"
         "runpy.run_module('runner.cli', run_name='__main__')\n"
     )
-    args = run_args(sample, tmp_path / "work", tmp_path / "cache", "--executor", "ray")
+    args = without_device(run_args(sample, tmp_path / "work", tmp_path / "cache"))
     done = subprocess.run(
         [sys.executable, "-c", hide, *args], capture_output=True, text=True, timeout=300
     )
@@ -154,9 +160,7 @@ def test_a_cluster_address_nobody_answers_fails_in_seconds_with_one_line(
         pytest.skip("Ray is not installed; pip install -e '.[ray]'")
     sample = sample_factory(TWO_LEVEL)
     address = f"127.0.0.1:{unused_port}"
-    args = run_args(sample, tmp_path / "w", tmp_path / "c", "--executor", "ray")
-    at = args.index("--device")
-    del args[at : at + 2]  # Ray picks the cards
+    args = without_device(run_args(sample, tmp_path / "w", tmp_path / "c"))
     started = time.monotonic()
 
     result = cli(*args, "--ray-address", address, env=LOOPBACK_ONLY, timeout=120)
