@@ -617,9 +617,10 @@ def status(
     with guarded():
         root = _workdir(workdir, config)
         state = replay(root, cache_dir, session)
-        data = _status_data(state, running=session is None and in_use(ledger_path(root.resolve())))
+        ledger = ledger_path(root.resolve())
+        data = _status_data(state, running=session is None and in_use(ledger))
         data["session"] = session
-        data["earlier_sessions"] = list(earlier_sessions(ledger_path(root.resolve())))
+        data["earlier_sessions"] = list(earlier_sessions(ledger))
     if json_out:
         OUT.print_json(data=data)
         return

@@ -58,6 +58,7 @@ from runner.executor import (
 )
 from runner.fingerprint import host_facts
 from runner.sources import ExportResult
+from runner.verdict import truncate
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 
 if TYPE_CHECKING:
@@ -391,8 +392,7 @@ class RayExecutor(Executor):
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             # Ray's messages run over several lines ("To fix this, either:" and a list).
-            said = " ".join(str(exc).split()) or type(exc).__name__
-            first = said if len(said) <= 240 else said[:237].rstrip() + "..."
+            first = truncate(str(exc), 240) or type(exc).__name__
             raise InfrastructureError(
                 f"cannot join the Ray cluster at {address!r} ({first}); start one with "
                 f"`ray start --head` or pass --ray-address HOST:PORT{_auth_hint()}"

@@ -192,7 +192,7 @@ class SourceExporter:
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        committed = self._commit_time(self._top, sha)
+        committed = int(self._commit_date(self._top, sha).timestamp())
         return ExportResult(sha, dest, submodules, time.perf_counter() - started, committed)
 
     def export_submodule(
@@ -222,12 +222,13 @@ class SourceExporter:
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        committed = self._commit_time(repo, sha)
+        committed = int(self._commit_date(repo, sha).timestamp())
         return ExportResult(sha, dest, submodules, time.perf_counter() - started, committed)
 
-    def _commit_time(self, repo: _Repo, sha: str) -> int:
-        shown = self._mirror_git(repo, "show", "-s", "--format=%ct", sha)
-        return int(checked(shown, f"reading {sha[:12]}").decode().strip())
+    def _commit_date(self, repo: _Repo, sha: str) -> datetime:
+        """The committer date: what build tools are picked by, and the builds' SOURCE_DATE_EPOCH."""
+        shown = self._mirror_git(repo, "show", "-s", "--format=%cI", sha)
+        return datetime.fromisoformat(checked(shown, f"reading {sha[:12]}").decode().strip())
 
     def check(
         self,
@@ -281,10 +282,7 @@ class SourceExporter:
         self._require_commit(repo, sha)
         shown = self._mirror_git(repo, "cat-file", "blob", f"{sha}:{filename}")
         text = shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
-        stamp = checked(
-            self._mirror_git(repo, "show", "-s", "--format=%cI", sha), f"reading {sha[:12]}"
-        )
-        return text, datetime.fromisoformat(stamp.decode().strip())
+        return text, self._commit_date(repo, sha)
 
     def submodule_git_dir(self, path: str) -> Path:
         """A git dir (the tool's mirror) that sees every local object of the submodule at `path`.

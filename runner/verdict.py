@@ -257,7 +257,7 @@ def judge(
         return Outcome(Verdict.SKIP, "killed (out of memory?)", metrics)
 
     if exit_code is None:
-        return Outcome(Verdict.SKIP, _truncate(_with_detail("no exit status", text)), metrics)
+        return Outcome(Verdict.SKIP, truncate(_with_detail("no exit status", text)), metrics)
 
     if exit_code == 0:
         if patterns.first_good(text) is not None:
@@ -268,7 +268,7 @@ def judge(
     name = _signal_name(exit_code)
     if name:
         head += f" ({name})"
-    return Outcome(Verdict.SKIP, _truncate(_with_detail(head, text)), metrics)
+    return Outcome(Verdict.SKIP, truncate(_with_detail(head, text)), metrics)
 
 
 def parse_metrics(output: str) -> dict[str, MetricValue]:
@@ -389,7 +389,7 @@ def _bad_reason(metrics: Mapping[str, MetricValue], text: str, match: re.Match[s
         shown = tensors.split(",")
         listed = ", ".join(shown[:3]) + (f" +{len(shown) - 3} more" if len(shown) > 3 else "")
         parts.append(f"[{listed}]")
-    return _truncate(" ".join(parts))
+    return truncate(" ".join(parts))
 
 
 def _abs_suffix(metrics: Mapping[str, MetricValue]) -> str:
@@ -476,7 +476,8 @@ def _fmt(value: MetricValue | None) -> str:
     return str(value)
 
 
-def _truncate(text: str, limit: int = _REASON_LIMIT) -> str:
+def truncate(text: str, limit: int = _REASON_LIMIT) -> str:
+    """The text on one line, cut to `limit` characters with "..." where it was cut."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
@@ -511,5 +512,5 @@ def infrastructure_fault(
         start = text.rfind("\n", 0, found.start()) + 1
         end = text.find("\n", found.end())
         line = text[start : len(text) if end < 0 else end].strip()
-        return f"hit a device or machine fault ({_truncate(line)})"
+        return f"hit a device or machine fault ({truncate(line)})"
     return None
