@@ -394,10 +394,12 @@ class Ledger:
         self._require_open()
         if self._invocation is None:
             return 0.0
-        wall_s = time.monotonic() - self._invocation
+        # The figure returned is the one recorded, so a first invocation's own wall time and
+        # the session's (summed from the ledger) are the same number, not one rounding apart.
+        wall_s = round(time.monotonic() - self._invocation, 3)
         self._invocation = None
         started_at = datetime.now(timezone.utc) - timedelta(seconds=wall_s)
-        entry = Invocation(started_at=started_at, wall_s=round(wall_s, 3))
+        entry = Invocation(started_at=started_at, wall_s=wall_s)
         candidate = self._document.model_copy(
             update={"invocations": [*self._document.invocations, entry]}
         )

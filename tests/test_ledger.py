@@ -805,6 +805,8 @@ def test_the_session_wall_time_sums_every_invocation_interrupted_ones_included(
         ledger.start_invocation(time.monotonic() - 100.0)
         this = ledger.finish_invocation()
     assert 100.0 <= this < 110.0
+    # the figure returned is the one recorded: a report of a first invocation shows one number
+    assert Ledger.read(ledger_path).wall_s == this
     with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
         ledger.start_invocation(time.monotonic() - 20.0)
         # interrupted: nobody finishes the invocation, closing the ledger does
