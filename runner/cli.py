@@ -514,8 +514,8 @@ def run(
         flags["build_pins"] = _pins(build_pin)
         settings = load_settings(flags, config)
         quiet = json_out
-        console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)
-        progress = ConsoleProgress(console)
+        console = Console(stderr=True, highlight=False, soft_wrap=True)
+        progress = ConsoleProgress(console, quiet=quiet)
         with progress:
             result = run_bisect(
                 settings,

@@ -25,12 +25,17 @@ class ConsoleProgress:
     """Session events rendered with rich; one live status line plus a line per finished step.
 
     Without a terminal the live line is not drawn; the status is printed instead whenever
-    `heartbeat` seconds pass without a line.
+    `heartbeat` seconds pass without a line. ``quiet`` (``--json``) prints warnings only: stdout
+    carries the JSON, and a warning (a device left out, the environment changing mid-session)
+    must still reach a CI log.
     """
 
-    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_S) -> None:
+    def __init__(
+        self, console: Console, heartbeat: float = HEARTBEAT_S, *, quiet: bool = False
+    ) -> None:
         self.console = console
-        self.heartbeat = heartbeat
+        self.quiet = quiet
+        self.heartbeat = 0.0 if quiet else heartbeat
         self.printed = time.monotonic()
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
@@ -46,7 +51,7 @@ class ConsoleProgress:
         self.live.update(_Status(self))
 
     def __enter__(self) -> ConsoleProgress:
-        if self.console.is_terminal:
+        if self.console.is_terminal and not self.quiet:
             self.live.start()
         elif self.heartbeat > 0:
             self._beats = threading.Thread(target=self._beat, name="progress", daemon=True)
@@ -60,6 +65,8 @@ class ConsoleProgress:
         self.live.stop()
 
     def _print(self, line: str | Text, highlight: bool | None = None) -> None:
+        if self.quiet:
+            return
         self.printed = time.monotonic()
         self.console.print(line, highlight=highlight)
 
@@ -105,6 +112,10 @@ class ConsoleProgress:
 
     def note(self, text: str) -> None:
         self._print(escape(text))
+
+    def warn(self, text: str) -> None:
+        self.printed = time.monotonic()
+        self.console.print(Text(f"warning: {text}", style="yellow"), highlight=False)
 
     def echo(self, line: str) -> None:
         """A build or run log line (--verbose), without the colour codes tools put in logs."""

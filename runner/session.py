@@ -96,6 +96,7 @@ class Events(Protocol):
     ) -> None: ...
     def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None: ...
     def note(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
 
 
 class QuietEvents:
@@ -111,6 +112,9 @@ class QuietEvents:
         pass
 
     def note(self, text: str) -> None:
+        pass
+
+    def warn(self, text: str) -> None:
         pass
 
 

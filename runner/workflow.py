@@ -247,7 +247,7 @@ class _Watched:
         if self.events is not None:
             for change in fingerprint_changes(self.ledger.document.attempts):
                 if change.after == attempt.run_id:
-                    self.events.note(f"warning: {describe_change(change)}")
+                    self.events.warn(describe_change(change))
 
 
 def _session(
@@ -374,7 +374,7 @@ def run_bisect(
     )
     for warning in [*prepared.warnings, *prepared.passthrough.warnings]:
         if events is not None:
-            events.note(f"warning: {warning}")
+            events.warn(warning)
     workdir = prepared.workdir
     with Ledger.open(
         ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session
@@ -385,7 +385,7 @@ def run_bisect(
         snapshot(prepared.lib, prepared.lib_digest, workdir)
         ledger.start_invocation(started)
         recorded = len(ledger.document.attempts)
-        warn = (lambda text: events.note(f"warning: {text}")) if events is not None else None
+        warn = events.warn if events is not None else None
         try:
             tester = docker_tester(
                 prepared,

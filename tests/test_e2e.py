@@ -514,7 +514,8 @@ def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
     )
     other, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True, forcerm=True)
     workdir = tmp_path / "work"
-    args = run_args(sample, workdir, shared_cache, "--base-image", f"{repository}:base")
+    # --json, as a CI runner would: stdout carries the JSON, the warning still reaches stderr.
+    args = run_args(sample, workdir, shared_cache, "--base-image", f"{repository}:base", "--json")
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "runner.cli", *args],
@@ -529,7 +530,7 @@ def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
             time.sleep(0.1)
         retagged_after = len(_attempts(workdir))
         other.tag(repository, "base")
-        _, stderr = process.communicate(timeout=600)
+        stdout, stderr = process.communicate(timeout=600)
     finally:
         for name in (f"{repository}:base", other.id):  # only what this test made
             with contextlib.suppress(docker.errors.ImageNotFound):
@@ -537,7 +538,9 @@ def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
 
     assert process.returncode == 0, stderr
     assert "warning: the base image tag now names another image" in stderr
+    assert "pypto level" not in stderr  # --json keeps the progress out, not the warnings
     report = json.loads((workdir / "report.json").read_text())
+    assert json.loads(stdout)["pypto"]["first_bad"] == report["pypto"]["first_bad"]
     changes = report["environment"]["changes"]
     keys = {change["key"] for change in changes}
     # The tag moved, but the session kept building on the image it started with, and says so.

@@ -51,3 +51,13 @@ def test_a_terminal_has_the_live_line_instead() -> None:
         progress.phase("run")
         time.sleep(0.35)
     assert _beats(out.getvalue()) == []
+
+
+def test_quiet_progress_prints_the_warnings_and_nothing_else() -> None:
+    console, out = _console(terminal=True)
+    with ConsoleProgress(console, heartbeat=0.1, quiet=True) as progress:
+        progress.level_started("pypto", 12, "pypto first-parent commits")
+        progress.note("3 pypto verdicts reused from the ledger")
+        progress.warn("the base image tag now names another image")
+        time.sleep(0.3)
+    assert out.getvalue() == "warning: the base image tag now names another image\n"
