@@ -160,6 +160,20 @@ class History:
             result[commit] = current
         return result
 
+    def removed_before(self, commit: str, path: str = "runtime") -> tuple[str, str] | None:
+        """Where a submodule absent at `commit` went: the first-parent ancestor (or `commit`
+        itself) that last touched `path`, when it removed a gitlink there, and the pointer it
+        removed; None when `path` held no gitlink before it (never a submodule, or something
+        else)."""
+        touched = self._run(
+            "log", "--first-parent", "-1", "--format=%H", commit, "--", path, rev=commit
+        ).strip()
+        if not touched or self.gitlink(touched, path) is not None:
+            return None
+        parent = self.parent(touched)
+        pinned = self.gitlink(parent, path) if parent else None
+        return (touched, pinned) if pinned is not None else None
+
     def subject(self, commit: str) -> str:
         return self._run("log", "-1", "--format=%s", commit, "--", rev=commit)
 

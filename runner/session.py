@@ -770,10 +770,7 @@ class Session:
         if not change.moved:
             return outcome
         if change.old is None or change.new is None:
-            what = "adds" if change.old is None else "removes"
-            outcome.notes.append(
-                f"the culprit {what} the {self.path} submodule: there is no simpler range to bisect"
-            )
+            outcome.notes.append(submodule_note(self.history, parent, change, self.path))
             return outcome
         if first.descended:
             return self._joint(first, outcome, change)
@@ -1342,6 +1339,23 @@ def _pair_state(
     if verdict is None:
         return "again"
     return "confirmed" if verdict is expected else "failed"
+
+
+def submodule_note(history: History, parent: str, change: Change, path: str) -> str:
+    """Why a culprit that adds or removes the submodule has no second level, and what moved."""
+    if change.new is None:
+        return f"the culprit removes the {path} submodule: there is no simpler range to bisect"
+    removed = history.removed_before(parent, path)
+    if removed is None:
+        return f"the culprit adds the {path} submodule: there is no simpler range to bisect"
+    removal, pinned = removed
+    back = f"the culprit adds the {path} submodule back (removed by {removal[:12]})"
+    if pinned == change.new:
+        return f"{back} at the commit it pinned then, {pinned[:12]}: simpler itself did not change"
+    return (
+        f"{back}: simpler moved {pinned[:12]}..{change.new[:12]} while pypto went without it, "
+        "so there is no single bump to bisect"
+    )
 
 
 def _low_confidence_note(result: LevelResult) -> str:

@@ -203,6 +203,41 @@ def test_the_commit_adding_the_runtime_moves_it_from_nothing(sample, history):
     assert ".gitmodules" in change.changed_paths
 
 
+def test_a_submodule_added_back_names_the_commit_that_removed_it_and_its_pointer(sample, tmp_path):
+    from runner.session import submodule_note
+
+    repo = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", "--no-checkout", str(sample.mirrors["pypto"]), str(repo))
+    git(repo, "read-tree", "HEAD")
+    pinned = sample.gitlink(len(sample.pypto_shas) - 1)
+    git(repo, "rm", "-q", "--cached", RUNTIME_PATH)
+    git(repo, "commit", "-q", "-m", "drop the runtime", when=40 * 86_400)
+    removal = git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "work without it", when=41 * 86_400)
+    without = git(repo, "rev-parse", "HEAD")
+    history = History(repo)
+
+    def add_back(pointer: str, when: int) -> str:
+        git(repo, "reset", "-q", "--soft", without)
+        git(repo, "update-index", "--add", "--cacheinfo", f"160000,{pointer},{RUNTIME_PATH}")
+        git(repo, "commit", "-q", "-m", "bring the runtime back", when=when)
+        return git(repo, "rev-parse", "HEAD")
+
+    assert history.removed_before(without) == (removal, pinned)
+    assert history.removed_before(sample.pypto_shas[2]) is None  # never a submodule before
+    newer = add_back(sample.simpler_shas[-1], 42 * 86_400)
+    note = submodule_note(history, without, history.classify(newer), RUNTIME_PATH)
+    assert f"removed by {removal[:12]}" in note
+    assert f"simpler moved {pinned[:12]}..{sample.simpler_shas[-1][:12]}" in note
+    same = add_back(pinned, 43 * 86_400)
+    note = submodule_note(history, without, history.classify(same), RUNTIME_PATH)
+    assert note.endswith(f"it pinned then, {pinned[:12]}: simpler itself did not change")
+    first = history.classify(sample.pypto_shas[3])
+    assert submodule_note(history, sample.pypto_shas[2], first, RUNTIME_PATH) == (
+        "the culprit adds the runtime submodule: there is no simpler range to bisect"
+    )
+
+
 def test_the_root_commit_is_compared_with_the_empty_tree(sample, history):
     change = history.classify(sample.pypto_shas[0])
     assert change.parent is None
