@@ -1017,6 +1017,14 @@ def cleanup(
             "--builders", help="Also remove the builder images (the build tools of each era)."
         ),
     ] = False,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="With --images: only the test images this workdir's sessions recorded, and the "
+            "layers no other image is made on.",
+        ),
+    ] = None,
 ) -> None:
     """Remove containers left by killed runs (and, with --images or --builders, images the tool
     made; an image a running container uses stays)."""
@@ -1024,11 +1032,22 @@ def cleanup(
 
     from runner.builders import BUILDER_KIND
     from runner.execute import KIND_LABEL, LABEL, connect, remove_stale_containers
+    from runner.images import remove_recorded
 
     with guarded():
+        recorded = None if workdir is None else _recorded_images(workdir, images, builders)
         client = connect()
         removed = remove_stale_containers(client)
         gone = kept = 0
+        if recorded is not None:
+            result = remove_recorded(client, recorded)
+            shared = f", {result.shared} layers other images use kept" if result.shared else ""
+            in_use = f", {result.in_use} in use by running containers kept" if result.in_use else ""
+            OUT.print(
+                f"removed {len(removed)} containers and {result.removed} images of "
+                f"{workdir}{shared}{in_use}"
+            )
+            return
         if images or builders:
             tool_images = [
                 image
@@ -1049,6 +1068,25 @@ def cleanup(
                     kept += 1
     in_use = f" ({kept} in use by running containers kept)" if kept else ""
     OUT.print(f"removed {len(removed)} containers and {gone} images{in_use}")
+
+
+def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
+    """The test images every session of ``workdir`` recorded (`cleanup --workdir`)."""
+    from runner.ledger import Ledger, earlier_sessions
+    from runner.workflow import ledger_path
+
+    if not images or builders:
+        raise BadInput(
+            "--workdir limits --images to one workdir's test images; builders are shared by "
+            "every workdir: give --images without --builders"
+        )
+    path = ledger_path(workdir.resolve())
+    if not path.is_file():
+        raise BadInput(f"no ledger in {workdir}: give the --workdir of a bisect")
+    ids: list[str] = []
+    for ledger in [*earlier_sessions(path).values(), path]:
+        ids += [a.image_id for a in Ledger.read(ledger).attempts if a.image_id]
+    return list(dict.fromkeys(ids))
 
 
 @app.command("export")

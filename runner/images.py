@@ -17,7 +17,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -603,3 +603,59 @@ def _cause(lines: list[str]) -> str:
     said = [line.strip() for line in lines if line.strip() and not _DOCKER_EPILOGUE.match(line)]
     errors = [line for line in said if "error" in line.lower()]
     return (errors or said or ["no output"])[-1]
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What `remove_recorded` did: images removed, kept for a running container, and layers
+    kept because other images are made on them."""
+
+    removed: int = 0
+    in_use: int = 0
+    shared: int = 0
+
+
+def remove_recorded(client: docker.DockerClient, image_ids: Collection[str]) -> Removed:
+    """Remove these test images (the ones a workdir's ledger recorded), then the tool's layers
+    they were made on that no other image is made on. Images the tool did not make are never
+    touched, whatever the ledger says; an image a running container uses stays."""
+    removed = in_use = shared = 0
+    layers: list[str] = []  # children before their parents
+    for image_id in image_ids:
+        try:
+            image = client.images.get(image_id)
+        except docker.errors.ImageNotFound:
+            continue
+        if image.labels.get(LABEL) != "1":
+            continue
+        parent = image.attrs.get("Parent") or ""
+        while parent and parent not in layers:
+            try:
+                above = client.images.get(parent)
+            except docker.errors.ImageNotFound:
+                break
+            if above.labels.get(KIND_LABEL) != "layer":
+                break
+            layers.append(above.id)
+            parent = above.attrs.get("Parent") or ""
+        try:
+            client.images.remove(image.id, force=True)
+            removed += 1
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: a running container uses it
+                raise
+            in_use += 1
+    for layer in layers:
+        try:
+            # Not forced: a layer other images are made on (another workdir's) must stay.
+            client.images.remove(layer)
+            removed += 1
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            shared += 1
+    return Removed(removed, in_use, shared)

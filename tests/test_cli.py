@@ -3,6 +3,7 @@ and whatever a ledger already holds is left exactly as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -12,10 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
+import docker.errors
 import pytest
 
 from runner.sample.histories import Sample, SampleSpec
 from tests.fixtures.cli import cli, run_args
+from tests.fixtures.samples import SMALL
 
 
 def assert_one_line_error(result, code: int, *fragments: str) -> None:
@@ -581,3 +585,58 @@ def test_the_commands_after_a_run_find_the_workdir_through_config(tmp_path, comm
     config.write_text('workdir = "sessions/w"\n')
     result = cli(*command, "--config", str(config), cwd=tmp_path / "..")
     assert result.returncode == 2 and str(tmp_path / "sessions" / "w") in result.stderr
+
+
+@pytest.mark.docker
+def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
+    sample_factory, tmp_path, docker_client
+):
+    from runner.execute import KIND_LABEL, LABEL
+    from tests.fixtures.cli import BASE_IMAGE
+
+    # A base of its own, so the images this run makes are its alone (test images are shared by
+    # every run with the same wheels on the same base).
+    repository = f"bisect-precision-cleanup-{os.getpid()}"
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL cleanup-test={os.getpid()}\n")
+    base, _ = docker_client.images.build(path=str(context), tag=f"{repository}:base", rm=True)
+    (context / "Dockerfile").write_text(
+        f"FROM {base.id}\nLABEL {LABEL}=1 {KIND_LABEL}=test-image other={os.getpid()}\n"
+    )
+    other, _ = docker_client.images.build(path=str(context), tag=f"{repository}:other", rm=True)
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
+    workdir = tmp_path / "work"
+    args = run_args(sample, workdir, tmp_path / "cache", "--base-image", f"{repository}:base")
+    try:
+        first = cli(*args)
+        assert first.returncode == 0, first.stderr
+        recorded = {
+            a["image_id"]
+            for a in json.loads((workdir / "ledger.json").read_text())["attempts"]
+            if a["image_id"]
+        }
+        made = {image.id for image in docker_client.images.list(filters={"label": f"{LABEL}=1"})}
+        on_base = {
+            i.id
+            for i in docker_client.images.list(filters={"label": f"{LABEL}.base-image={base.id}"})
+        }
+        assert recorded and recorded <= made and on_base - recorded, "test images and layers"
+
+        assert_one_line_error(
+            cli("cleanup", "--workdir", str(workdir)), 2, "--workdir limits --images"
+        )
+        assert_one_line_error(
+            cli("cleanup", "--images", "--workdir", str(tmp_path / "none")), 2, "no ledger in"
+        )
+        done = cli("cleanup", "--images", "--workdir", str(workdir))
+        assert done.returncode == 0, done.stderr
+        assert f"and {len(on_base)} images of {workdir}" in done.stdout
+        left = {image.id for image in docker_client.images.list(filters={"label": f"{LABEL}=1"})}
+        assert not left & on_base, "every test image and layer of the workdir is gone"
+        assert made - on_base <= left, "other tool images stay"
+        assert other.id in left and docker_client.images.get(base.id)
+    finally:
+        for name in (f"{repository}:other", f"{repository}:base"):
+            with contextlib.suppress(docker.errors.ImageNotFound, docker.errors.APIError):
+                docker_client.images.remove(name, force=True)
