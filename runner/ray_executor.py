@@ -348,6 +348,7 @@ class RayExecutor(Executor):
         *,
         client: Any = None,
         echo: Echo | None = None,
+        warn: Echo | None = None,
         owns_connection: bool = False,
         starved_s: float = STARVED_S,
     ) -> None:
@@ -356,6 +357,7 @@ class RayExecutor(Executor):
         self.settings = settings
         self.client = client  # the driver's engine, for the last sweep of orphaned containers
         self.echo = echo
+        self.warn = warn or echo
         self._owns = owns_connection
         self._starved_s = starved_s
         self._lock = threading.Lock()
@@ -376,7 +378,14 @@ class RayExecutor(Executor):
         self._run_task = ray.remote(run_on_ray_node).options(**run_resources, **retries)
 
     @classmethod
-    def connect(cls, prepared: Prepared, cache: WheelCache, *, echo: Echo | None = None):
+    def connect(
+        cls,
+        prepared: Prepared,
+        cache: WheelCache,
+        *,
+        echo: Echo | None = None,
+        warn: Echo | None = None,
+    ):
         """Join the cluster at ``--ray-address`` and check it can run this session's tests."""
         ray = import_ray()
         settings = prepared.settings
@@ -419,6 +428,7 @@ class RayExecutor(Executor):
             ),
             client=prepared.client,
             echo=echo,
+            warn=warn,
             owns_connection=True,
         )
         if not executor.slots:
@@ -490,8 +500,11 @@ class RayExecutor(Executor):
             if len(self.slots) <= 1 or (slot.node, slot.device) in self._retired:
                 return
             self._retired[(slot.node, slot.device)] = reason
-        if self.echo:
-            self.echo(f"device {slot.device} on {slot.node} counted out of the pool: {reason}")
+        if self.warn:
+            self.warn(
+                f"device {slot.device} on {slot.node} taken out of the pool (Ray places runs by "
+                f"resources, not by card: one slot fewer from now on): {reason}"
+            )
 
     def close(self, *, cancel: bool) -> None:
         with self._lock:

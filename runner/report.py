@@ -183,6 +183,16 @@ def _step(attempt: Attempt) -> dict[str, Any]:
     }
 
 
+def _devices(doc: LedgerDocument) -> str:
+    """The cards the session ran on: --device's, or where a cluster placed the runs."""
+    placed = sorted(
+        {f"{a.device}@{a.node}" for a in doc.attempts if a.device and a.node not in (None, "local")}
+    )
+    if placed:
+        return f"device{'s' if len(placed) > 1 else ''} {', '.join(placed)} (placed by Ray)"
+    return f"device {','.join(doc.inputs.devices)}"
+
+
 def _where(step: dict[str, Any]) -> str:
     """The device that ran the example, and the node when not this host."""
     device = step.get("device") or ""
@@ -568,7 +578,7 @@ def build_markdown(
     inputs = doc.inputs
     lines += [
         f"- range: `{inputs.good[:12]}` (good) .. `{inputs.bad[:12]}` (bad)",
-        f"- example: `{inputs.script}` on `{inputs.platform}`, device {','.join(inputs.devices)}",
+        f"- example: `{inputs.script}` on `{inputs.platform}`, {_devices(doc)}",
         f"- base image: `{inputs.base_image}` (`{inputs.base_image_id[:19]}`)",
         "",
     ]

@@ -202,7 +202,7 @@ def make_executor(
             )
         from runner.ray_executor import RayExecutor
 
-        return RayExecutor.connect(prepared, cache, echo=echo)
+        return RayExecutor.connect(prepared, cache, echo=echo, warn=warn)
     return LocalExecutor(
         prepared.client,
         cache,

@@ -495,3 +495,29 @@ def test_simulator_runs_on_ray_are_lane_0_of_their_container_whatever_device_say
     assert culprits(report) == ("simpler", sample.pypto_shas[4], sample.simpler_shas[3])
     assert {step["device"] for step in report["steps"]} == {"0"}
     assert "--device is not used with --executor ray" in result.stderr
+    header = (tmp_path / "work" / "report.md").read_text().split("\n## ")[0]
+    assert "device 0,1" not in header
+    nodes = sorted({step["node"] for step in report["steps"]})
+    assert f"0@{nodes[0]}" in header and "(placed by Ray)" in header, header
+
+
+def test_a_card_that_times_out_on_ray_is_warned_about_and_named_with_its_node(
+    sample_factory, ray_cluster, ray_cache, tmp_path
+):
+    """A timeout is a device fault, never a verdict: the first one takes a card out of the pool
+    (said on stderr without --verbose, --json or not); the second, on the last card, stops."""
+    sample = sample_factory(TWO_LEVEL)
+    args = run_args(sample, tmp_path / "work", ray_cache, "--ray-address", ray_cluster.address)
+    args = [*without_device(args), "--run-env", "SAMPLE_RUN_SECONDS=60", "--timeout", "2"]
+
+    result = cli(*args, "--infra-retries", "2", "--json", env=ray_cluster.env)
+
+    assert result.returncode == 4, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "out of the pool" in line]
+    assert warning.startswith("warning: device 0 on ") and "one slot fewer" in warning
+    assert "2 infrastructure failures in a row" in result.stderr
+    assert not recorded(tmp_path / "work"), "a timeout is never a verdict"
+    log = (tmp_path / "work" / "infrastructure.log").read_text()
+    workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+    retired = [line for line in log.splitlines() if "taken out of the pool: device 0@" in line]
+    assert len(retired) == 1 and any(worker in retired[0] for worker in workers), log
