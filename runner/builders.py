@@ -71,6 +71,7 @@ _JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 # Printed as one JSON line by the base image's python3 (run through the image's entrypoint).
 _PROBE = r"""
 import json, os, platform, shutil, sys, sysconfig
+_TOOLS = ("ccache", "ninja", "cmake", "gcc", "g++", "cc", "c++", "clang", "clang++")
 try:
     import pip  # noqa: F401
     has_pip = True
@@ -83,7 +84,7 @@ print("BISECT-PROBE " + json.dumps({
     "abi": (sysconfig.get_config_var("SOABI") or ""),
     "machine": platform.machine(),
     "glibc": libc.split()[-1] if libc and libc.startswith("glibc") else None,
-    "tools": sorted(t for t in ("ccache", "ninja", "cmake", "gcc", "g++") if shutil.which(t)),
+    "tools": sorted(t for t in _TOOLS if shutil.which(t)),
     "has_pip": has_pip,
     "env": {k: v for k, v in os.environ.items() if k.startswith(("ASCEND", "BISECT_TEST"))},
 }))
@@ -91,6 +92,20 @@ print("BISECT-PROBE " + json.dumps({
 
 
 # -- what a commit asks for -----------------------------------------------------------------
+
+NATIVE_BUILD_TOOLS = frozenset(
+    {"scikit-build-core", "scikit-build", "nanobind", "pybind11", "cmake", "ninja", "meson-python"}
+)
+"""Build requirements that mean the commit compiles C or C++ (pypto and simpler: nanobind and
+scikit-build-core)."""
+CXX_COMPILERS = frozenset({"g++", "c++", "clang++"})
+
+
+def _requirement_name(requirement: str) -> str:
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return ""
 
 
 def build_requires(pyproject: str | None, where: str) -> tuple[str, ...]:
@@ -204,7 +219,8 @@ def probe_image(
 ) -> ImageTraits:
     """Ask the image itself (through its entrypoint) which Python and tools it has; cached by
     image id and interpreter (`--python python9` must fail here, not at the first run)."""
-    name = f"{image_id.replace(':', '_')}-{hashlib.sha256(python.encode()).hexdigest()[:12]}"
+    asked = hashlib.sha256((python + _PROBE).encode()).hexdigest()[:12]  # a new probe asks again
+    name = f"{image_id.replace(':', '_')}-{asked}"
     store = cache_root / "builders" / "traits" / f"{name}.json"
     with contextlib.suppress(OSError, ValueError, KeyError):
         return ImageTraits.from_json(json.loads(store.read_text()))
@@ -667,6 +683,22 @@ class Provisioner:
         # The tests of a round look builders up at once: one makes a missing image, the
         # others then find it (the legacy builder must not build one image twice at once).
         self._making = threading.Lock()
+
+    def require_compiler(self, resolution: Resolution, where: str) -> None:
+        """Stop before the first step when a commit builds native code and the image has no
+        C++ compiler: every build would fail, and each failure would read as the commit's own
+        (a skip), with or without --verify."""
+        native = sorted(
+            name
+            for name in (_requirement_name(r) for r in resolution.declared)
+            if name in NATIVE_BUILD_TOOLS
+        )
+        if native and not set(self.traits.tools) & CXX_COMPILERS:
+            raise BadInput(
+                f"the base image {self.base_image_id[:19]} has no C++ compiler (g++, c++ or "
+                f"clang++) and {where} builds native code ({', '.join(native)}): build on the "
+                "CANN image, or install a compiler in the base image (build-essential)"
+            )
 
     def extras(self) -> list[str]:
         """What the backend needs besides the declared requirements, when the base lacks it."""

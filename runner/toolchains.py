@@ -90,6 +90,7 @@ class Toolchains:
         for package, commit, at in targets:
             resolution = self.resolution(package, commit, at)
             where = f"{package} {commit[:12]}"
+            self.provisioner.require_compiler(resolution, where)
             if build:
                 made = self.provisioner.builder(resolution, where)
             else:

@@ -35,7 +35,7 @@ from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.devices import passthrough
 from runner.errors import BadInput
-from runner.execute import ExampleRun, example_container, run_container
+from runner.execute import LABEL, ExampleRun, example_container, run_container
 from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
 from runner.wheels import BuildSettings, WheelCache, build_wheel
@@ -381,6 +381,42 @@ def test_a_device_fault_is_never_a_verdict_and_the_next_run_finishes(
     resumed = cli(*args, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.json()["simpler"]["first_bad"] == sample.simpler_shas[3]
+
+
+@pytest.mark.docker
+def test_a_base_image_without_a_cxx_compiler_stops_native_builds_before_the_first_step(
+    sample_factory, shared_cache: Path, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """Even with --no-verify: every build would fail, and each failure would be a skip."""
+    from tests.fixtures.cli import BASE_IMAGE
+
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\n"
+        "RUN rm -f /usr/bin/*g++* /usr/bin/c++ /usr/bin/*clang++* /etc/alternatives/c++\n"
+    )
+    image, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True, forcerm=True)
+    try:
+        sample = sample_factory(NATIVE)
+        args = run_args(sample, tmp_path / "work", shared_cache, "--base-image", image.id)
+        stopped = cli(*args, *era_pins(NATIVE), "--no-verify")
+    finally:
+        # Were builds started after all, what they made on the image goes with it.
+        made = [
+            found.id
+            for name in ("base-image", "base-image-id")
+            for found in docker_client.images.list(filters={"label": f"{LABEL}.{name}={image.id}"})
+        ]
+        for _ in range(2):  # test images before the layers they sit on
+            for name in [*made, image.id]:
+                with contextlib.suppress(docker.errors.APIError):
+                    docker_client.images.remove(name, force=True)
+
+    assert stopped.returncode == 2, stopped.stderr
+    [line] = stopped.stderr.strip().splitlines()
+    assert line.startswith(f"error: the base image {image.id[:19]} has no C++ compiler"), line
+    assert "builds native code (scikit-build-core)" in line
+    assert not (tmp_path / "work" / "ledger.json").exists(), "nothing tested: no ledger kept"
 
 
 @pytest.mark.docker
