@@ -31,6 +31,7 @@ import runner
 from runner.containers import ContainerResult, ContainerSpec, Mount
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, PROCESS_LABEL, RUN_LABEL, run_container
+from runner.install import WHEEL_INSTALLER, install_command
 from runner.turns import Turns
 from runner.wheels import file_sha256
 
@@ -309,7 +310,6 @@ _PIP_ENVIRONMENT = {
     "PIP_NO_INPUT": "1",
     "PIP_ROOT_USER_ACTION": "ignore",
 }
-_INSTALL = "{pip} install --no-index --no-deps --no-cache-dir {wheels}/{wheel}"
 _LAYER_TIMEOUT_S = 1800.0
 # Owner labels mark the layering container (for the stale-container sweep); an image made from
 # it must not claim an owner process, and a commit can only override a label, not drop it.
@@ -318,7 +318,11 @@ _CONTAINER_ONLY_LABELS = (OWNER_LABEL, RUN_LABEL, PROCESS_LABEL)
 
 def recipe_digest() -> str:
     """Part of every image's identity: changing how wheels are layered never reuses old images."""
-    recipe = {"install": _INSTALL, "environment": _PIP_ENVIRONMENT, "layers": "one per wheel"}
+    recipe = {
+        "install": install_command("{pip}", "{wheel}"),
+        "environment": _PIP_ENVIRONMENT,
+        "layers": "one per wheel",
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -412,7 +416,7 @@ class _Layering:
         if self.pip_wheel is not None:
             mounts.append(Mount(str(self.pip_wheel.parent), _PIP_DIR))
             pip = f"python3 {_PIP_DIR}/{self.pip_wheel.name}/pip"
-        command = _INSTALL.format(pip=pip, wheels=_WHEELS_DIR, wheel=shlex.quote(wheel.name))
+        command = install_command(pip, f"{_WHEELS_DIR}/{wheel.name}")
         spec = ContainerSpec(
             image=parent,
             command=[],
@@ -431,7 +435,8 @@ class _Layering:
         pip_log = self.log_path.with_name(f"{self.log_path.stem}-{package}.log")
         with self.log_path.open("a") as handle:
             handle.write(f"layering {package} {sha[:12]} ({wheel.name}) on {parent[:19]}\n")
-            handle.write(f"$ {command}  (output: {pip_log.name})\n")
+            shown = command.replace(shlex.quote(WHEEL_INSTALLER), '"$WHEEL_INSTALLER"')
+            handle.write(f"$ {shown}  (output: {pip_log.name})\n")
         result = run_container(
             self.client,
             spec,

@@ -16,7 +16,7 @@ import docker
 import docker.errors
 import pytest
 
-from runner.containers import ContainerSpec
+from runner.containers import ContainerSpec, Mount
 from runner.execute import LABEL, run_container
 from runner.images import (
     LAYER_REPOSITORY,
@@ -452,3 +452,61 @@ def test_a_failed_image_build_is_summed_up_by_its_error_not_dockers_epilogue():
     assert _cause(["Step 1/2 : FROM base", "exec format error"]) == "exec format error"
     assert _cause(["Step 1/2 : FROM base", "killed"]) == "killed"
     assert _cause([]) == "no output"
+
+
+# What the layering container runs, file for file against pip: a console script (wheel), a
+# .data/scripts binary (ninja), a large pure package with a .pth file (setuptools).
+_COMPARE = r"""
+set -e
+snapshot() {
+    find /usr/local -newer /tmp/stamp -type f ! -name RECORD ! -name INSTALLER \
+        ! -name direct_url.json ! -name REQUESTED ! -name "*.pyc" -print0 \
+        | sort -z | xargs -0 md5sum
+    # a .pyc holds the time its source was written: compared by name
+    find /usr/local -newer /tmp/stamp -type f -name "*.pyc" | sort
+    find /usr/local -newer /tmp/stamp -type f -perm -u+x | sort
+}
+name=$(basename "$1" | cut -d- -f1)
+touch /tmp/stamp; sleep 1
+python3 -m pip install -q --no-index --no-deps --no-cache-dir "$1"
+snapshot > /tmp/pip
+python3 -m pip uninstall -y -q "$name"
+touch /tmp/stamp; sleep 1
+sh -c "$INSTALL_COMMAND" > /tmp/out
+grep -q "^installed $name " /tmp/out || { cat /tmp/out; exit 9; }
+snapshot > /tmp/ours
+cmp /tmp/pip /tmp/ours || { diff /tmp/pip /tmp/ours; exit 8; }
+python3 -m pip show -f "$name" > /dev/null
+echo "same $name $(wc -l < /tmp/ours)"
+sh -c "$INSTALL_COMMAND"  # installed already: handed to pip, which replaces it
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("name", ["wheel", "ninja", "setuptools"])
+def test_the_layer_installer_puts_every_file_where_pip_does_and_hands_the_rest_to_pip(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path, name
+) -> None:
+    from runner.images import _PIP_ENVIRONMENT
+    from runner.install import install_command
+
+    wheel = f"/wheels/{next(wheelhouse.glob(f'{name}-*.whl')).name}"
+    result = run_container(
+        docker_client,
+        ContainerSpec(
+            image=base_image,
+            command=["sh", "-c", _COMPARE, "compare", wheel],
+            environment={
+                **_PIP_ENVIRONMENT,
+                "INSTALL_COMMAND": install_command("python3 -m pip", wheel),
+            },
+            mounts=[Mount(str(wheelhouse), "/wheels")],
+        ),
+        log_path=tmp_path / "compare.log",
+        timeout=300,
+    )
+
+    assert result.exit_code == 0, result.output
+    [counted] = [line.split()[2] for line in result.output.splitlines() if line.startswith("same ")]
+    assert int(counted) > 3, "files, scripts and .pyc files are compared"
+    assert f"{name} is installed already: pip replaces it" in result.output
