@@ -6,7 +6,8 @@ A test image is the base image plus the commit's wheels, one committed layer eac
 `WHEEL_INSTALLER` instead: the wheel spec's install steps for the wheels this tool builds
 itself, into the interpreter's default scheme, where pip would put them. Whatever it does not
 handle (headers, an unreadable wheel, a distribution the image already has, which pip would
-uninstall first) it hands to pip before writing anything, with exit code 3.
+uninstall first, a Python before 3.8) or fails at, it hands to pip with exit code 3: pip
+then installs over anything written, so the installer alone never makes a commit untestable.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import shlex
 FALLBACK_EXIT = 3
 
 WHEEL_INSTALLER = """\
-import base64, compileall, csv, email.parser, hashlib, importlib.util, os, sys, sysconfig, zipfile
-import importlib.metadata as metadata
+import os, sys
 
 FALLBACK = 3
-wheel = sys.argv[1]
-try:
+
+
+def install(wheel):
+    import base64, compileall, csv, email.parser, hashlib, importlib.util, sysconfig, zipfile
+    import importlib.metadata as metadata  # Python 3.8 and later; pip before that
+
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
     infos = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
@@ -37,93 +41,90 @@ try:
         raise ValueError("headers or an unknown .data directory")
     if archive.testzip() is not None:
         raise ValueError("a corrupt member")
-except Exception as exc:
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        pass
+    else:
+        raise ValueError(f"{name} is installed already: pip replaces it")
+
+    paths = sysconfig.get_paths()
+    pure = spec.get("Root-Is-Purelib", "").strip().lower() == "true"
+    root = paths["purelib"] if pure else paths["platlib"]
+    libraries = (paths["purelib"], paths["platlib"])
+    record, sources = [], []
+
+    def digest(blob):
+        raw = hashlib.sha256(blob).digest()
+        return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    def write(path, blob, executable):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(blob)
+        os.chmod(path, 0o755 if executable else 0o644)
+        record.append((os.path.relpath(path, root), digest(blob), str(len(blob))))
+        if path.endswith(".py") and path.startswith(libraries):
+            sources.append(path)
+
+    skipped = {info + "/RECORD", info + "/RECORD.jws", info + "/RECORD.p7s"}
+    for member in archive.infolist():
+        if member.is_dir() or member.filename in skipped:
+            continue
+        blob = archive.read(member)
+        executable = bool((member.external_attr >> 16) & 0o111)
+        target = member.filename
+        if target.startswith(data):
+            key, _, rest = target[len(data):].partition("/")
+            if key == "scripts":
+                if blob.startswith(b"#!python"):
+                    blob = b"#!" + sys.executable.encode() + blob[len(b"#!python"):]
+                executable = True
+            write(os.path.join(paths[key], rest), blob, executable)
+        else:
+            write(os.path.join(root, target), blob, executable)
+
+    entry = info + "/entry_points.txt"
+    if entry in names:
+        import configparser
+        points = configparser.ConfigParser(delimiters="=", interpolation=None)
+        points.optionxform = str
+        points.read_string(archive.read(entry).decode())
+        for group in ("console_scripts", "gui_scripts"):
+            if not points.has_section(group):
+                continue
+            for script, target in points.items(group):
+                module, _, attribute = target.partition(":")
+                attribute = attribute.split("[")[0].strip()
+                text = (
+                    f"#!{sys.executable}\\n# -*- coding: utf-8 -*-\\nimport re\\nimport sys\\n"
+                    f"from {module.strip()} import {attribute.split('.')[0]}\\n"
+                    "if __name__ == '__main__':\\n"
+                    "    sys.argv[0] = re.sub(r'(-script\\\\.pyw|\\\\.exe)?$', '', sys.argv[0])\\n"
+                    f"    sys.exit({attribute}())\\n"
+                )
+                write(os.path.join(paths["scripts"], script), text.encode(), True)
+
+    write(os.path.join(root, info, "INSTALLER"), b"bisect-precision-docker\\n", False)
+    for source in sources:
+        if compileall.compile_file(source, quiet=2):
+            compiled = importlib.util.cache_from_source(source)
+            with open(compiled, "rb") as handle:
+                blob = handle.read()
+            record.append((os.path.relpath(compiled, root), digest(blob), str(len(blob))))
+    with open(os.path.join(root, info, "RECORD"), "w", newline="") as handle:
+        rows = csv.writer(handle, lineterminator="\\n")
+        rows.writerows(record)
+        rows.writerow((os.path.join(info, "RECORD"), "", ""))
+    return name, root
+
+
+wheel = sys.argv[1]
+try:
+    name, root = install(wheel)
+except Exception as exc:  # pip decides: it writes over anything written here
     print(f"handing {os.path.basename(wheel)} to pip: {exc}", flush=True)
     sys.exit(FALLBACK)
-try:
-    metadata.distribution(name)
-except metadata.PackageNotFoundError:
-    pass
-else:
-    print(f"{name} is installed already: pip replaces it", flush=True)
-    sys.exit(FALLBACK)
-
-paths = sysconfig.get_paths()
-pure = spec.get("Root-Is-Purelib", "").strip().lower() == "true"
-root = paths["purelib"] if pure else paths["platlib"]
-record, sources = [], []
-
-
-def digest(blob):
-    raw = hashlib.sha256(blob).digest()
-    return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def write(path, blob, executable):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(blob)
-    os.chmod(path, 0o755 if executable else 0o644)
-    record.append((os.path.relpath(path, root), digest(blob), str(len(blob))))
-    if path.endswith(".py") and not data_file(path):
-        sources.append(path)
-
-
-def data_file(path):
-    return not path.startswith((paths["purelib"], paths["platlib"]))
-
-
-python = sys.executable.encode()
-for member in archive.infolist():
-    if member.is_dir() or member.filename in (info + "/RECORD", info + "/RECORD.jws",
-                                              info + "/RECORD.p7s"):
-        continue
-    blob = archive.read(member)
-    executable = bool((member.external_attr >> 16) & 0o111)
-    target = member.filename
-    if target.startswith(data):
-        key, _, rest = target[len(data):].partition("/")
-        if key == "scripts":
-            if blob.startswith(b"#!python"):
-                blob = b"#!" + python + blob[len(b"#!python"):]
-            executable = True
-        write(os.path.join(paths[key], rest), blob, executable)
-        continue
-    write(os.path.join(root, target), blob, executable)
-
-entry = info + "/entry_points.txt"
-if entry in names:
-    import configparser
-    points = configparser.ConfigParser(delimiters="=", interpolation=None)
-    points.optionxform = str
-    points.read_string(archive.read(entry).decode())
-    for group in ("console_scripts", "gui_scripts"):
-        if not points.has_section(group):
-            continue
-        for script, target in points.items(group):
-            module, _, attribute = target.partition(":")
-            attribute = attribute.split("[")[0].strip()
-            top = attribute.split(".")[0]
-            text = (
-                f"#!{sys.executable}\\n# -*- coding: utf-8 -*-\\nimport re\\nimport sys\\n"
-                f"from {module.strip()} import {top}\\n"
-                "if __name__ == '__main__':\\n"
-                "    sys.argv[0] = re.sub(r'(-script\\\\.pyw|\\\\.exe)?$', '', sys.argv[0])\\n"
-                f"    sys.exit({attribute}())\\n"
-            )
-            write(os.path.join(paths["scripts"], script), text.encode(), True)
-
-write(os.path.join(root, info, "INSTALLER"), b"bisect-precision-docker\\n", False)
-for source in sources:
-    if compileall.compile_file(source, quiet=2):
-        compiled = importlib.util.cache_from_source(source)
-        with open(compiled, "rb") as handle:
-            blob = handle.read()
-        record.append((os.path.relpath(compiled, root), digest(blob), str(len(blob))))
-with open(os.path.join(root, info, "RECORD"), "w", newline="") as handle:
-    rows = csv.writer(handle, lineterminator="\\n")
-    rows.writerows(record)
-    rows.writerow((os.path.join(info, "RECORD"), "", ""))
 print(f"installed {name} from {os.path.basename(wheel)} into {root}", flush=True)
 """
 
