@@ -50,7 +50,9 @@ def run_bundle(bundle: Path, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def bundle_containers(client: docker.DockerClient) -> list[str]:
-    found = client.containers.list(all=True, filters={"label": f"{KIND_LABEL}=bundle"})
+    found = client.containers.list(
+        all=True, filters={"label": f"{KIND_LABEL}=bundle"}, ignore_removed=True
+    )
     return [container.name for container in found]
 
 

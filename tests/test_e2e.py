@@ -339,7 +339,9 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     # The killed run's containers are gone (the resumed run removed them); other live runs on
     # the same engine keep theirs.
     killed = f"{socket.gethostname()}:{process.pid}"
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+    leftovers = docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True
+    )
     assert [c.name for c in leftovers if c.labels.get(OWNER_LABEL) == killed] == []
 
 
@@ -417,7 +419,9 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     assert "Traceback" not in stderr
     assert _attempts(workdir), "the ledger lost what it held"
     owner = f"{socket.gethostname()}:{process.pid}"
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+    left = docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True
+    )
     assert [c.name for c in left if c.labels.get(OWNER_LABEL) == owner] == []
 
 

@@ -62,6 +62,7 @@ def build_containers(client: docker.DockerClient, commit: str) -> list:
     return client.containers.list(
         all=True,
         filters={"label": [f"{LABEL}=1", f"{LABEL}.kind=wheel-build", f"{LABEL}.commit={commit}"]},
+        ignore_removed=True,
     )
 
 

@@ -398,7 +398,10 @@ def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
     assert docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha('broken')}"}) == []
     assert "pip install" in (tmp_path / "image.log").read_text()
     assert "pypto" in (tmp_path / "image-pypto.log").read_text()
-    kinds = {c.labels.get(f"{LABEL}.kind") for c in docker_client.containers.list(all=True)}
+    kinds = {
+        c.labels.get(f"{LABEL}.kind")
+        for c in docker_client.containers.list(all=True, ignore_removed=True)
+    }
     assert "layer" not in kinds, "the failed layering container is removed"
 
 

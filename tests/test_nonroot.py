@@ -164,5 +164,5 @@ def test_a_docker_group_user_is_cut_off_killed_and_resumes_owning_every_file(
         if path.lstat().st_uid != user.pw_uid
     ]
     assert foreign == [], f"files the user does not own: {foreign[:5]}"
-    running = docker_client.containers.list(filters={"label": f"{LABEL}=1"})
+    running = docker_client.containers.list(filters={"label": f"{LABEL}=1"}, ignore_removed=True)
     assert [c.name for c in running if c.labels.get(f"{LABEL}.kind") == "example"] == []

@@ -102,7 +102,8 @@ def test_a_kill_during_concurrent_builds_loses_nothing_and_the_resume_rebuilds_n
         return sum(
             1
             for c in docker_client.containers.list(
-                filters={"label": [f"{LABEL}=1", f"{LABEL}.kind=wheel-build"]}
+                filters={"label": [f"{LABEL}=1", f"{LABEL}.kind=wheel-build"]},
+                ignore_removed=True,
             )
             if c.labels.get(OWNER_LABEL) == owner
         )
@@ -126,7 +127,9 @@ def test_a_kill_during_concurrent_builds_loses_nothing_and_the_resume_rebuilds_n
     after = _attempts(workdir)
     assert after[: len(recorded)] == recorded
     assert rebuilt(recorded, after[len(recorded) :]) == []
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+    leftovers = docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True
+    )
     assert [c.name for c in leftovers if c.labels.get(OWNER_LABEL) == owner] == []
     # Every wheel built once: no (package, commit) was built twice across kill and resume.
     assert len(built(after)) == len(set(built(after)))
