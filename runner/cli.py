@@ -1028,11 +1028,9 @@ def cleanup(
 ) -> None:
     """Remove containers left by killed runs (and, with --images or --builders, images the tool
     made; an image a running container uses stays)."""
-    import docker.errors
-
     from runner.builders import BUILDER_KIND
     from runner.execute import KIND_LABEL, LABEL, connect, remove_stale_containers
-    from runner.images import remove_recorded
+    from runner.images import remove_image, remove_recorded
 
     with guarded():
         recorded = None if workdir is None else _recorded_images(workdir, images, builders)
@@ -1057,15 +1055,9 @@ def cleanup(
             ]
             # Test images before the shared layers they were made on, which cannot go first.
             for image in sorted(tool_images, key=lambda i: i.labels.get(KIND_LABEL) == "layer"):
-                try:
-                    client.images.remove(image.id, force=True)
-                    gone += 1
-                except docker.errors.NotFound:
-                    pass
-                except docker.errors.APIError as exc:
-                    if exc.status_code != 409:  # 409: a running container uses it
-                        raise
-                    kept += 1
+                outcome = remove_image(client, image.id)
+                gone += outcome == "removed"
+                kept += outcome == "kept"
     in_use = f" ({kept} in use by running containers kept)" if kept else ""
     OUT.print(f"removed {len(removed)} containers and {gone} images{in_use}")
 

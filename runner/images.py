@@ -643,24 +643,26 @@ def remove_recorded(client: docker.DockerClient, image_ids: Collection[str]) -> 
                 break
             layers.append(above.id)
             parent = above.attrs.get("Parent") or ""
-        try:
-            client.images.remove(image.id, force=True)
-            removed += 1
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: a running container uses it
-                raise
-            in_use += 1
+        outcome = remove_image(client, image.id)
+        removed += outcome == "removed"
+        in_use += outcome == "kept"
     for layer in layers:
-        try:
-            # Not forced: a layer other images are made on (another workdir's) must stay.
-            client.images.remove(layer)
-            removed += 1
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:
-                raise
-            shared += 1
+        # Not forced: a layer other images are made on (another workdir's) must stay.
+        outcome = remove_image(client, layer, force=False)
+        removed += outcome == "removed"
+        shared += outcome == "kept"
     return Removed(removed, in_use, shared)
+
+
+def remove_image(client: docker.DockerClient, image_id: str, *, force: bool = True) -> str:
+    """Remove one image: "removed", "gone" (someone was first) or "kept" when the engine
+    refuses (409): a running container uses it or, unforced, other images are made on it."""
+    try:
+        client.images.remove(image_id, force=force)
+    except docker.errors.ImageNotFound:
+        return "gone"
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:
+            raise
+        return "kept"
+    return "removed"
