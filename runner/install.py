@@ -39,8 +39,6 @@ def install(wheel):
     if any(n.startswith(data) and not n.endswith("/") and n[len(data):].split("/")[0] not in
            ("purelib", "platlib", "scripts", "data") for n in names):
         raise ValueError("headers or an unknown .data directory")
-    if archive.testzip() is not None:
-        raise ValueError("a corrupt member")
     try:
         metadata.distribution(name)
     except metadata.PackageNotFoundError:
@@ -54,35 +52,45 @@ def install(wheel):
     libraries = (paths["purelib"], paths["platlib"])
     record, sources = [], []
 
-    def digest(blob):
-        raw = hashlib.sha256(blob).digest()
-        return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    def digest(hashed):
+        return "sha256=" + base64.urlsafe_b64encode(hashed.digest()).rstrip(b"=").decode()
 
-    def write(path, blob, executable):
+    def write(path, chunks, executable):
+        # Streamed and hashed as it goes: a native module may be hundreds of MB. A member
+        # whose CRC does not match raises on the way, and pip decides.
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        hashed, size = hashlib.sha256(), 0
         with open(path, "wb") as handle:
-            handle.write(blob)
+            for chunk in chunks:
+                hashed.update(chunk)
+                handle.write(chunk)
+                size += len(chunk)
         os.chmod(path, 0o755 if executable else 0o644)
-        record.append((os.path.relpath(path, root), digest(blob), str(len(blob))))
+        record.append((os.path.relpath(path, root), digest(hashed), str(size)))
         if path.endswith(".py") and path.startswith(libraries):
             sources.append(path)
+
+    def read(member):
+        with archive.open(member) as stream:
+            yield from iter(lambda: stream.read(1 << 20), b"")
 
     skipped = {info + "/RECORD", info + "/RECORD.jws", info + "/RECORD.p7s"}
     for member in archive.infolist():
         if member.is_dir() or member.filename in skipped:
             continue
-        blob = archive.read(member)
         executable = bool((member.external_attr >> 16) & 0o111)
         target = member.filename
         if target.startswith(data):
             key, _, rest = target[len(data):].partition("/")
+            chunks = read(member)
             if key == "scripts":
+                blob = archive.read(member)
                 if blob.startswith(b"#!python"):
                     blob = b"#!" + sys.executable.encode() + blob[len(b"#!python"):]
-                executable = True
-            write(os.path.join(paths[key], rest), blob, executable)
+                chunks, executable = [blob], True
+            write(os.path.join(paths[key], rest), chunks, executable)
         else:
-            write(os.path.join(root, target), blob, executable)
+            write(os.path.join(root, target), read(member), executable)
 
     entry = info + "/entry_points.txt"
     if entry in names:
@@ -103,15 +111,17 @@ def install(wheel):
                     "    sys.argv[0] = re.sub(r'(-script\\\\.pyw|\\\\.exe)?$', '', sys.argv[0])\\n"
                     f"    sys.exit({attribute}())\\n"
                 )
-                write(os.path.join(paths["scripts"], script), text.encode(), True)
+                write(os.path.join(paths["scripts"], script), [text.encode()], True)
 
-    write(os.path.join(root, info, "INSTALLER"), b"bisect-precision-docker\\n", False)
+    write(os.path.join(root, info, "INSTALLER"), [b"bisect-precision-docker\\n"], False)
     for source in sources:
         if compileall.compile_file(source, quiet=2):
             compiled = importlib.util.cache_from_source(source)
             with open(compiled, "rb") as handle:
                 blob = handle.read()
-            record.append((os.path.relpath(compiled, root), digest(blob), str(len(blob))))
+            record.append(
+                (os.path.relpath(compiled, root), digest(hashlib.sha256(blob)), str(len(blob)))
+            )
     with open(os.path.join(root, info, "RECORD"), "w", newline="") as handle:
         rows = csv.writer(handle, lineterminator="\\n")
         rows.writerows(record)

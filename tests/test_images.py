@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import secrets
+import socket
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import docker.errors
 import pytest
 
 from runner.containers import ContainerSpec, Mount
-from runner.execute import LABEL, run_container
+from runner.execute import LABEL, OWNER_LABEL, run_container
 from runner.images import (
     LAYER_REPOSITORY,
     TestImage,
@@ -398,9 +400,12 @@ def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
     assert docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha('broken')}"}) == []
     assert "pip install" in (tmp_path / "image.log").read_text()
     assert "pypto" in (tmp_path / "image-pypto.log").read_text()
+    mine = f"{OWNER_LABEL}={socket.gethostname()}:{os.getpid()}"  # other runs may share the engine
     kinds = {
         c.labels.get(f"{LABEL}.kind")
-        for c in docker_client.containers.list(all=True, ignore_removed=True)
+        for c in docker_client.containers.list(
+            all=True, filters={"label": mine}, ignore_removed=True
+        )
     }
     assert "layer" not in kinds, "the failed layering container is removed"
 
