@@ -40,3 +40,14 @@ def test_the_plot_is_a_png_with_the_culprit_marked_and_absent_without_figures(tm
     assert drawn.stat().st_size > 2000
     assert plot([("pypto", series(RUNS[:1], SHAS), 3)], tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_a_plot_of_the_same_figures_is_kept_and_redrawn_when_they_change(tmp_path):
+    path = tmp_path / "metrics.png"
+    plot([("pypto", series(RUNS, SHAS), 3)], path)
+    path.write_bytes(b"kept")  # marks the file: a redraw would replace it
+
+    assert plot([("pypto", series(RUNS, SHAS), 3)], path) == path
+    assert path.read_bytes() == b"kept", "nothing new: not drawn again"
+    plot([("pypto", series(RUNS, SHAS), 5)], path)  # the culprit moved
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
