@@ -205,6 +205,17 @@ def _table_keys() -> set[str]:
     return tables
 
 
+def _submodule_path(path: str) -> str:
+    """A submodule path as git lists it: `./runtime/` (what tab completion gives) is `runtime`."""
+    cleaned = path.strip()
+    while cleaned.startswith("./"):
+        cleaned = cleaned[2:]
+    cleaned = cleaned.rstrip("/")
+    if not cleaned or cleaned.startswith("/") or ".." in Path(cleaned).parts:
+        raise ValueError(f"{path!r} is not a submodule path inside the checkout")
+    return cleaned
+
+
 class Settings(BaseSettings):
     """Everything a bisect needs; the CLI makes paths absolute before a session starts."""
 
@@ -452,10 +463,17 @@ class Settings(BaseSettings):
     @field_validator("submodule_sources")
     @classmethod
     def _sources(cls, value: dict[str, Path]) -> dict[str, Path]:
-        for path in value:
-            if not path or path.startswith("/") or ".." in Path(path).parts:
-                raise ValueError(f"{path!r} is not a submodule path inside the checkout")
-        return value
+        return {_submodule_path(path): clone for path, clone in value.items()}
+
+    @field_validator("submodule_path")
+    @classmethod
+    def _submodule_path(cls, value: str) -> str:
+        return _submodule_path(value)
+
+    @field_validator("omit_submodules")
+    @classmethod
+    def _omitted(cls, value: list[str]) -> list[str]:
+        return [_submodule_path(path) for path in value]
 
     @property
     def devices(self) -> list[str]:

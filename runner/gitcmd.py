@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import BadInput, InfrastructureError
@@ -188,3 +189,33 @@ def moved_gitlinks(raw_log: str, path: str) -> dict[str, str | None]:
             if name == path and len(fields) >= 4:
                 moved[sha.strip()] = fields[3] if fields[1] == GITLINK_MODE else None
     return moved
+
+
+@dataclass(frozen=True)
+class SubmoduleEntry:
+    """One `.gitmodules` entry."""
+
+    name: str
+    path: str
+    url: str | None
+
+
+def parse_gitmodules(raw: bytes) -> dict[str, SubmoduleEntry]:
+    """`git config -l -z` output of a .gitmodules blob -> entries keyed by path."""
+    fields: dict[str, dict[str, str]] = {}
+    for item in raw.split(b"\0"):
+        if not item:
+            continue
+        key, _, value = item.decode(errors="surrogateescape").partition("\n")
+        if not key.startswith("submodule."):
+            continue
+        name, _, var = key[len("submodule.") :].rpartition(".")
+        if name:
+            fields.setdefault(name, {})[var] = value
+    entries: dict[str, SubmoduleEntry] = {}
+    for name, values in fields.items():
+        path = values.get("path")
+        if path:
+            path = path.strip("/")
+            entries[path] = SubmoduleEntry(name=name, path=path, url=values.get("url"))
+    return entries

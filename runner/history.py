@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Literal
 
 from runner.errors import BadInput, BisectError, SourceUnavailable
-from runner.gitcmd import Git, GitFailed, gitlinks, moved_gitlinks
+from runner.gitcmd import (
+    Git,
+    GitFailed,
+    SubmoduleEntry,
+    gitlinks,
+    moved_gitlinks,
+    parse_gitmodules,
+)
 
 METADATA_PATHS = frozenset({".gitmodules"})
 
@@ -129,6 +136,20 @@ class History:
         """The submodule commit pinned at `path`, or None when there is no gitlink there."""
         listed = self._run("ls-tree", "-z", commit, "--", path, rev=commit)
         return dict(gitlinks(listed, tree_format=True)).get(path)
+
+    def submodules(self, commit: str) -> dict[str, SubmoduleEntry]:
+        """Every gitlink at `commit` by path, with its `.gitmodules` entry there (the path
+        stands in for the name where `.gitmodules` has none)."""
+        listed = self._run("ls-tree", "-r", "-z", commit, rev=commit)
+        try:
+            raw = self._git.output("config", "--blob", f"{commit}:.gitmodules", "-l", "-z")
+        except GitFailed:
+            raw = ""
+        entries = parse_gitmodules(raw.encode(errors="surrogateescape"))
+        return {
+            path: entries.get(path) or SubmoduleEntry(name=path, path=path, url=None)
+            for path, _sha in gitlinks(listed, tree_format=True)
+        }
 
     def gitlinks(self, chain: Sequence[str], path: str = "runtime") -> dict[str, str | None]:
         """`gitlink` for every commit of a first-parent chain (oldest first) in two git calls.

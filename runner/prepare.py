@@ -234,6 +234,48 @@ def prepare_builders(
     return toolchains.plan(chain, gitlinks, build=True, every=True)
 
 
+def _check_submodule_path(
+    history: History, good: str, commits: Sequence[str], settings: Settings
+) -> None:
+    """Stop before any build when the runtime is not where every test would look for it: a
+    path set on purpose that neither end has, or a runtime that moves to another path within
+    the range (the tests on one side would all run without it and be skipped)."""
+    path, bad = settings.submodule_path, commits[-1]
+    at = {end: history.submodules(end) for end in (good, bad)}
+    there = [end for end in (good, bad) if path in at[end]]
+    if not there:
+        if "submodule_path" in settings.model_fields_set:
+            listed = ", ".join(sorted(at[bad])) or "none"
+            raise BadInput(
+                f"{settings.given_as('submodule_path')} {path}: neither end of the range has a "
+                f"submodule there (the known-bad commit has: {listed}); name the runtime's path "
+                "as .gitmodules gives it"
+            )
+        return
+    if len(there) == 2:
+        return
+    have = there[0]
+    lack = bad if have == good else good
+    entry = at[have][path]
+    elsewhere = [
+        other.path
+        for other in at[lack].values()
+        if other.path != path
+        and (other.name == entry.name or (entry.url is not None and other.url == entry.url))
+    ]
+    if not elsewhere:
+        return  # added (or removed) within the range: the tests before it run without it
+    pins = history.gitlinks([good, *commits], path)
+    chain = [good, *commits]
+    mover = next(c for c in chain[1:] if (pins[c] is None) != (pins[good] is None))
+    ends = {good: "the known-good commit", bad: "the known-bad commit"}
+    raise BadInput(
+        f"the runtime submodule moves within the range: it is at {path} at {ends[have]} and at "
+        f"{elsewhere[0]} at {ends[lack]} ({mover[:12]} moves it); bisect each side of "
+        f"{mover[:12]} on its own, with --good/--bad and that side's --submodule-path"
+    )
+
+
 def prepare(settings: Settings) -> Prepared:
     pypto_path = _directory(settings.pypto, settings.given_as("pypto"), "the pypto checkout")
     history = History(pypto_path)
@@ -247,15 +289,7 @@ def prepare(settings: Settings) -> Prepared:
     good = history.resolve(settings.known_good)
     bad = history.resolve(settings.bad or "HEAD")
     commits = history.first_parent_range(good, bad)
-    path = settings.submodule_path
-    if "submodule_path" in settings.model_fields_set and not any(
-        history.gitlink(end, path) for end in (good, bad)
-    ):
-        # Set on purpose and found at neither end: every test would run without the runtime.
-        raise BadInput(
-            f"{settings.given_as('submodule_path')} {path}: neither end of the range has a "
-            "submodule there; name the runtime's path as .gitmodules gives it"
-        )
+    _check_submodule_path(history, good, commits, settings)
     content: dict[str, str] = {}
     for key, flag, root in (
         ("ptoas_root", "--ptoas-root", settings.ptoas_root),

@@ -32,7 +32,17 @@ from urllib.parse import quote, unquote
 from filelock import FileLock, Timeout
 
 from runner.errors import BadInput, InfrastructureError, SourceUnavailable
-from runner.gitcmd import MIRROR_ENV, USER_ENV, checked, git_dir_of, gitlinks, objects_dir, run
+from runner.gitcmd import (
+    MIRROR_ENV,
+    USER_ENV,
+    SubmoduleEntry,
+    checked,
+    git_dir_of,
+    gitlinks,
+    objects_dir,
+    parse_gitmodules,
+    run,
+)
 
 LOCK_TIMEOUT_S = 600.0
 _HEX = re.compile(r"[0-9a-fA-F]{4,64}")
@@ -51,13 +61,6 @@ class ExportResult:
     committed: int | None = None
     """The commit's committer time (seconds since the epoch): builds take it as their
     SOURCE_DATE_EPOCH, so a wheel rebuilt from the same sources is the same file."""
-
-
-@dataclass(frozen=True)
-class _SubmoduleEntry:
-    name: str
-    path: str
-    url: str | None
 
 
 @dataclass(frozen=True)
@@ -104,27 +107,6 @@ def _local_url_paths(url: str | None, bases: Iterable[Path]) -> list[Path]:
     return []
 
 
-def _parse_gitmodules(raw: bytes) -> dict[str, _SubmoduleEntry]:
-    """`git config -l -z` output of a .gitmodules blob -> entries keyed by path."""
-    fields: dict[str, dict[str, str]] = {}
-    for item in raw.split(b"\0"):
-        if not item:
-            continue
-        key, _, value = item.decode(errors="surrogateescape").partition("\n")
-        if not key.startswith("submodule."):
-            continue
-        name, _, var = key[len("submodule.") :].rpartition(".")
-        if name:
-            fields.setdefault(name, {})[var] = value
-    entries: dict[str, _SubmoduleEntry] = {}
-    for name, values in fields.items():
-        path = values.get("path")
-        if path:
-            path = path.strip("/")
-            entries[path] = _SubmoduleEntry(name=name, path=path, url=values.get("url"))
-    return entries
-
-
 class SourceExporter:
     """Exports commits of one superproject from tool-owned mirrors in `cache_dir/mirrors/`.
 
@@ -147,7 +129,7 @@ class SourceExporter:
         self._root = Path(cache_dir).absolute() / "mirrors" / key
         self._lock_path = self._root.parent / f"{key}.lock"
         self._alternates: dict[Path, frozenset[Path]] = {}
-        self._gitmodules_cache: dict[tuple[Path, str], dict[str, _SubmoduleEntry]] = {}
+        self._gitmodules_cache: dict[tuple[Path, str], dict[str, SubmoduleEntry]] = {}
         self._config_urls: dict[Path, dict[str, str]] = {}
         self._default_at: dict[str, str] = {}
         self._top = self._make_top()
@@ -339,7 +321,7 @@ class SourceExporter:
             url_bases=tuple(dict.fromkeys(bases)),
         )
 
-    def _child(self, parent: _Repo, entry: _SubmoduleEntry, display: str) -> _Repo:
+    def _child(self, parent: _Repo, entry: SubmoduleEntry, display: str) -> _Repo:
         """Every local place the submodule `entry` of `parent` may keep its objects."""
         worktrees = [w / entry.path for w in parent.worktrees if _is_dir(w / entry.path)]
         urls = [entry.url]
@@ -553,7 +535,7 @@ class SourceExporter:
             if full in skip:
                 used.add(full)
                 continue
-            entry = entries.get(path) or _SubmoduleEntry(name=path, path=path, url=None)
+            entry = entries.get(path) or SubmoduleEntry(name=path, path=path, url=None)
             child = self._child(repo, entry, full)
             if full in overrides:
                 used.add(full)
@@ -605,12 +587,12 @@ class SourceExporter:
         listing = checked(self._mirror_git(repo, "ls-tree", "-r", "-z", sha), f"listing {sha[:12]}")
         return list(gitlinks(listing, tree_format=True))
 
-    def _gitmodules(self, repo: _Repo, sha: str) -> dict[str, _SubmoduleEntry]:
+    def _gitmodules(self, repo: _Repo, sha: str) -> dict[str, SubmoduleEntry]:
         key = (repo.mirror, sha)
         cached = self._gitmodules_cache.get(key)
         if cached is None:
             proc = self._mirror_git(repo, "config", "--blob", f"{sha}:.gitmodules", "-l", "-z")
-            cached = _parse_gitmodules(proc.stdout) if proc.returncode == 0 else {}
+            cached = parse_gitmodules(proc.stdout) if proc.returncode == 0 else {}
             self._gitmodules_cache[key] = cached
         return cached
 

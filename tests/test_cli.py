@@ -640,3 +640,59 @@ def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
         for name in (f"{repository}:other", f"{repository}:base"):
             with contextlib.suppress(docker.errors.ImageNotFound, docker.errors.APIError):
                 docker_client.images.remove(name, force=True)
+
+
+def test_a_runtime_that_moves_to_another_path_within_the_range_stops_before_any_build(
+    sample, tmp_path
+):
+    from runner.sample.histories import RUNTIME_PATH, git
+
+    repo = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", "--no-checkout", str(sample.mirrors["pypto"]), str(repo))
+    git(repo, "read-tree", "HEAD")
+    pinned = git(repo, "rev-parse", f"HEAD:{RUNTIME_PATH}")
+    modules = git(repo, "show", "HEAD:.gitmodules").replace(
+        f"path = {RUNTIME_PATH}", "path = third_party/runtime"
+    )
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=repo,
+        input=modules + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    git(repo, "rm", "-q", "--cached", RUNTIME_PATH)
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{pinned},third_party/runtime")
+    git(repo, "update-index", "--cacheinfo", f"100644,{blob},.gitmodules")
+    git(
+        repo,
+        "commit",
+        "-q",
+        "-m",
+        "build: move the runtime to third_party/runtime",
+        when=50 * 86_400,
+    )
+    moved = git(repo, "rev-parse", "HEAD")
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache")
+    args[args.index("--pypto") + 1] = str(repo)
+    args[args.index("--good") + 1] = sample.pypto_shas[4]
+
+    for extra, (here, there) in {
+        (): ("runtime", "third_party/runtime"),
+        ("--submodule-path", "./runtime/"): ("runtime", "third_party/runtime"),
+        ("--submodule-path", "third_party/runtime"): ("third_party/runtime", "runtime"),
+    }.items():
+        stopped = cli(*args, *extra)
+        good_end, bad_end = ("good", "bad") if here == "runtime" else ("bad", "good")
+        assert_one_line_error(
+            stopped,
+            2,
+            f"it is at {here} at the known-{good_end} commit and at {there} at the known-"
+            f"{bad_end} commit ({moved[:12]} moves it)",
+        )
+    typo = cli(*args, "--submodule-path", "runtim")
+    assert_one_line_error(
+        typo, 2, "neither end of the range has a submodule there", "has: 3rdparty/libbacktrace"
+    )
+    assert not (tmp_path / "work" / "ledger.json").exists()
