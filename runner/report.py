@@ -592,10 +592,15 @@ def build_markdown(
             facts.culprit_patch,
         )
         if outcome.change is not None and outcome.change.moved:
-            change = outcome.change
+            change, where = outcome.change, f"`{inputs.submodule_path}`"
+            if change.old is None:
+                what = f"It adds the {where} submodule at `{(change.new or '')[:12]}`"
+            elif change.new is None:
+                what = f"It removes the {where} submodule (at `{change.old[:12]}`)"
+            else:
+                what = f"It moves the {where} pointer `{change.old[:12]}` -> `{change.new[:12]}`"
             lines += [
-                f"It moves the `{inputs.submodule_path}` pointer "
-                f"`{(change.old or 'none')[:12]}` -> `{(change.new or 'none')[:12]}` "
+                f"{what} "
                 f"({'with' if change.kind == 'pointer-and-code' else 'without'} pypto code changes"
                 f"{', direction ' + outcome.direction if outcome.direction else ''}).",
                 "",

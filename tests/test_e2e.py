@@ -616,3 +616,20 @@ def test_a_verdict_flip_on_a_docs_only_commit_is_a_no_op_build_and_the_drift_che
     assert md.splitlines()[2].startswith("Not trusted: the environment drifted")
     drift_runs = [a for a in _attempts(workdir) if a["level"] == "drift"]
     assert drift_runs and drift_runs[0]["pypto_sha"] == sample.pypto_shas[-1]
+
+
+def test_a_culprit_that_adds_the_runtime_says_so_in_the_report(
+    sample_factory, shared_cache, tmp_path
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), simpler_regression_at=1))
+    workdir = tmp_path / "work"
+
+    result = cli(*run_args(sample, workdir, shared_cache), "--json")
+
+    assert result.returncode == 0, result.stderr
+    assert result.json()["pypto"]["first_bad"] == sample.pypto_shas[2]
+    md = (workdir / "report.md").read_text()
+    added = sample.gitlink(2)
+    assert f"It adds the `runtime` submodule at `{added[:12]}`" in md, md
+    assert "pointer `none`" not in md
+    assert "adds the runtime submodule: there is no simpler range to bisect" in md
