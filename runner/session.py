@@ -772,6 +772,11 @@ class Session:
         if change.old is None or change.new is None:
             outcome.notes.append(submodule_note(self.history, parent, change, self.path))
             return outcome
+        if change.kind == "pointer-only":  # the pointer alone made it bad
+            later = first.candidates[first.found + 1 :]
+            undone = undone_later(later, self.gitlink, change.old)
+            if undone is not None:
+                outcome.notes.append(undone)
         if first.descended:
             return self._joint(first, outcome, change)
 
@@ -1339,6 +1344,22 @@ def _pair_state(
     if verdict is None:
         return "again"
     return "confirmed" if verdict is expected else "failed"
+
+
+def undone_later(
+    later: Sequence[str], gitlink: Callable[[str], str | None], old: str
+) -> str | None:
+    """A note when a later commit of the range puts the pointer back where the culprit's bump
+    took it from: the known-bad end is then bad for some later reason as well, which a bisect
+    that assumes one good-to-bad change cannot see."""
+    back = next((commit for commit in later if gitlink(commit) == old), None)
+    if back is None:
+        return None
+    return (
+        f"{back[:12]}, later in the range, puts the pointer back to {old[:12]}, undoing this "
+        "bump: the known-bad commit is bad for a later reason too; run again with --good "
+        f"{back[:12]} to find it"
+    )
 
 
 def submodule_note(history: History, parent: str, change: Change, path: str) -> str:

@@ -800,3 +800,14 @@ def test_with_no_culprit_the_runner_up_is_second_to_the_likeliest_candidate():
     assert result.found is None
     assert result.runner_up == (result.candidates[second[0]], second[1])
     assert result.runner_up[0] != result.candidates[top[0]]
+
+
+def test_a_bump_a_later_commit_undoes_is_flagged_with_where_to_start_again():
+    from runner.session import undone_later
+
+    later = ["c" * 40, "d" * 40, "e" * 40]
+    pins = {"c" * 40: "2" * 40, "d" * 40: "1" * 40, "e" * 40: "3" * 40}
+    note = undone_later(later, pins.get, "1" * 40)
+    assert note is not None and note.startswith(f"{'d' * 12}, later in the range, puts the pointer")
+    assert note.endswith(f"run again with --good {'d' * 12} to find it")
+    assert undone_later(later, pins.get, "9" * 40) is None
