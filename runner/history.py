@@ -300,8 +300,9 @@ def pointer_states(
         base = runner.output("merge-base", old, new).strip()
     except GitFailed:
         raise BisectError(
-            f"submodule commits {old[:12]} and {new[:12]} share no history: the bump cannot be "
-            "bisected; treat the pypto commit as the culprit"
+            f"submodule commits {old[:12]} and {new[:12]} share no history (the runtime was "
+            "replaced by another repository, or its history rewritten): no simpler commit can be "
+            "named, only the pypto commit that switched"
         ) from None
     return "diverged", _forward(runner, base, old)[::-1] + _forward(runner, base, new)[1:]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import BadInput, SourceUnavailable
+from runner.errors import BadInput, BisectError, SourceUnavailable
 from runner.history import History, pointer_states
 from runner.sample.histories import (
     LIBBACKTRACE_PATH,
@@ -293,6 +293,22 @@ def test_a_pointer_that_appears_or_disappears_has_no_states_between(sample):
         "removed",
         [sample.simpler_shas[2]],
     )
+
+
+def test_a_bump_to_an_unrelated_history_names_no_simpler_commit_and_says_why(sample, tmp_path):
+    repo = tmp_path / "simpler"
+    git(tmp_path, "clone", "-q", str(sample.mirrors["simpler"]), str(repo))
+    git(repo, "checkout", "-q", "--orphan", "replaced")
+    git(repo, "commit", "-q", "-m", "another runtime", when=60 * 86_400)
+    other = git(repo, "rev-parse", "HEAD")
+
+    with pytest.raises(BisectError, match="share no history") as raised:
+        pointer_states(repo, sample.simpler_shas[2], other)
+
+    assert "no simpler commit can be named, only the pypto commit that switched" in str(
+        raised.value
+    )
+    assert not isinstance(raised.value, SourceUnavailable)
 
 
 def test_a_submodule_commit_missing_locally_is_source_unavailable(sample):
