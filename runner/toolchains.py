@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.builders import Builder, Provisioner, Resolution
-from runner.errors import BisectError
+from runner.errors import BadInput, BisectError
 from runner.history import pointer_states
 from runner.sources import SourceExporter
 
@@ -48,6 +48,20 @@ class Toolchains:
         else:
             pyproject, when = self.exporter.read(commit, "pyproject.toml")
         return self.provisioner.resolve(package, commit, pyproject, when)
+
+    def _require_project(self, sha: str | None, at: str) -> None:
+        """The known-bad commit's runtime must be a Python project: a --submodule-path naming
+        another submodule (a C library, say) would build it as simpler and fail every test."""
+        if sha is None:
+            return
+        for name in ("pyproject.toml", "setup.py"):
+            if self.exporter.read(sha, name, submodule=self.path, at=at)[0] is not None:
+                return
+        raise BadInput(
+            f"the submodule at {self.path} ({sha[:12]} in the known-bad commit) has no "
+            "pyproject.toml or setup.py, so it is not simpler's Python project: give "
+            "--submodule-path the path of the runtime submodule"
+        )
 
     def builder(self, package: str, commit: str, at: str | None = None) -> Builder:
         resolution = self.resolution(package, commit, at)
@@ -86,6 +100,7 @@ class Toolchains:
             for sha, at in self._inside_bumps(chain, gitlinks).items():
                 pinned.setdefault(sha, at)
         targets += [("simpler", sha, at) for sha, at in pinned.items()]
+        self._require_project(gitlinks.get(chain[-1]), chain[-1])
         planned = []
         for package, commit, at in targets:
             resolution = self.resolution(package, commit, at)

@@ -601,3 +601,19 @@ def test_an_index_that_does_not_answer_is_named_not_taken_for_a_missing_package(
     unreachable = PackageSources(pip_config={"index-url": "http://127.0.0.1:9/simple"})
     with pytest.raises(BadInput, match=r"cannot reach the package index http://127\.0\.0\.1:9"):
         resolve(["scikit-build-core"], where="x", when=when("2024-01-05"), sources=unreachable)
+
+
+@pytest.mark.docker
+def test_a_submodule_path_naming_a_library_that_is_no_python_project_is_bad_input(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    sample = sample_factory(NATIVE)
+    args = run_args(sample, tmp_path / "work", shared_cache)
+
+    stopped = cli(*args, *era_pins(NATIVE), "--submodule-path", "3rdparty/libbacktrace")
+
+    assert stopped.returncode == 2, stopped.stderr
+    [line] = stopped.stderr.strip().splitlines()
+    assert line.startswith("error: the submodule at 3rdparty/libbacktrace (")
+    assert "is not simpler's Python project" in line
+    assert not (tmp_path / "work" / "ledger.json").exists(), "nothing tested: no ledger kept"
