@@ -702,6 +702,8 @@ def _status_data(state: Any, running: bool = False) -> dict:
         )
     else:
         text = f"finished: source {outcome.source}"
+        if outcome.exit_code == 1 and outcome.source != "inconclusive":
+            text += f", no single {outcome.source} commit (inconclusive: exit 1)"
     attempts = state.document.attempts
     return {
         "state": text,

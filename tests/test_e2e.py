@@ -633,3 +633,21 @@ def test_a_culprit_that_adds_the_runtime_says_so_in_the_report(
     assert f"It adds the `runtime` submodule at `{added[:12]}`" in md, md
     assert "pointer `none`" not in md
     assert "adds the runtime submodule: there is no simpler range to bisect" in md
+
+
+def test_status_of_a_simpler_level_left_with_candidates_says_it_is_inconclusive(
+    sample_factory, shared_cache, tmp_path
+):
+    spec = SampleSpec(
+        **SMALL, bumps=((4, 5),), simpler_regression_at=4, broken_simpler=frozenset({3})
+    )
+    sample = sample_factory(spec)
+    workdir = tmp_path / "work"
+
+    ran = cli(*run_args(sample, workdir, shared_cache))
+    status = cli("status", "--workdir", str(workdir), "--json")
+
+    assert ran.returncode == 1, ran.stderr
+    assert status.json()["state"] == (
+        "finished: source simpler, no single simpler commit (inconclusive: exit 1)"
+    )
