@@ -22,6 +22,33 @@ import os, sys
 FALLBACK = 3
 
 
+def python_allowed(requires):
+    # The clauses pip refuses a wheel for, on release numbers ("3.9", "3.*"); anything else is
+    # left to pip, which has the whole specifier grammar.
+    if not requires:
+        return True
+    here = sys.version_info[:3]
+    for clause in requires.split(","):
+        clause = clause.strip()
+        op = next((o for o in ("~=", "==", "!=", ">=", "<=", ">", "<") if clause.startswith(o)), "")
+        text = clause[len(op):].strip()
+        star = text.endswith(".*")
+        parts = text[:-2].split(".") if star else text.split(".")
+        if not op or not all(p.isdigit() for p in parts) or (star and op not in ("==", "!=")):
+            return False
+        want = tuple(int(p) for p in parts)
+        if op == "~=":
+            ok = len(want) > 1 and here >= want and here[: len(want) - 1] == want[:-1]
+        elif op in ("==", "!="):  # 3.11 is 3.11.0; 3.11.* any 3.11
+            same = here[: len(want)] == want if star else here == (want + (0, 0))[:3]
+            ok = same == (op == "==")
+        else:
+            ok = {">=": here >= want, "<=": here <= want, ">": here > want, "<": here < want}[op]
+        if not ok:
+            return False
+    return True
+
+
 def install(wheel):
     import base64, compileall, csv, email.parser, hashlib, importlib.util, sysconfig, zipfile
     import importlib.metadata as metadata  # Python 3.8 and later; pip before that
@@ -32,9 +59,12 @@ def install(wheel):
     (info,) = infos
     parse = email.parser.Parser().parsestr
     spec = parse(archive.read(info + "/WHEEL").decode())
-    name = parse(archive.read(info + "/METADATA").decode())["Name"]
+    meta = parse(archive.read(info + "/METADATA").decode())
+    name = meta["Name"]
     if spec.get("Wheel-Version", "").split(".")[0] != "1" or not name:
         raise ValueError("not a version 1 wheel")
+    if not python_allowed(meta.get("Requires-Python")):
+        raise ValueError("Requires-Python excludes this Python, or is not understood here")
     data = info[: -len(".dist-info")] + ".data/"
     if any(n.startswith(data) and not n.endswith("/") and n[len(data):].split("/")[0] not in
            ("purelib", "platlib", "scripts", "data") for n in names):

@@ -377,6 +377,40 @@ def test_the_base_images_entrypoint_still_wraps_the_command(
 
 
 @pytest.mark.docker
+def test_a_wheel_for_another_python_is_refused_as_pip_refuses_it(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+) -> None:
+    """The layer installer leaves Requires-Python to pip: the commit is untestable, as before."""
+    import zipfile
+
+    other = tmp_path / wheels.pypto_1.name
+    with zipfile.ZipFile(wheels.pypto_1) as source, zipfile.ZipFile(other, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename.endswith(".dist-info/METADATA"):
+                data = data.replace(b"\nName:", b"\nRequires-Python: >=99\nName:", 1)
+            target.writestr(item, data)
+
+    with pytest.raises(WheelInstallFailed, match="wheel itself is broken") as raised:
+        pair_image(
+            docker_client,
+            (base_image, base_image_id),
+            ("broken", other),
+            ("simpler", wheels.simpler),
+            tmp_path / "image.log",
+        )
+
+    assert raised.value.package == "pypto"
+    installer_log = (tmp_path / "image-pypto.log").read_text()
+    assert "Requires-Python excludes this Python" in installer_log
+    assert "requires a different Python" in installer_log
+
+
+@pytest.mark.docker
 def test_a_wheel_pip_cannot_install_is_blamed_on_the_wheel_not_the_engine(
     docker_client: docker.DockerClient,
     base_image: str,
