@@ -49,6 +49,22 @@ def python_allowed(requires):
     return True
 
 
+def tag_allowed(tag):
+    # Interpreter and platform of one "py3-none-any" / "cp311-cp311-linux_x86_64" tag: a wheel
+    # for another Python or machine goes to pip, which refuses it.
+    import platform
+    interpreters, _abis, platforms = tag.strip().split("-")
+    major, minor = sys.version_info[:2]
+    ours = {"py3", f"py{major}", f"py{major}{minor}"}
+    if sys.implementation.name == "cpython":
+        ours.add(f"cp{major}{minor}")
+    if not ours & set(interpreters.split(".")):
+        return False
+    machine = platform.machine()
+    return any(p == "any" or (p.startswith(("linux_", "manylinux")) and p.endswith(machine))
+               for p in platforms.split("."))
+
+
 def install(wheel):
     import base64, compileall, csv, email.parser, hashlib, importlib.util, sysconfig, zipfile
     import importlib.metadata as metadata  # Python 3.8 and later; pip before that
@@ -65,6 +81,8 @@ def install(wheel):
         raise ValueError("not a version 1 wheel")
     if not python_allowed(meta.get("Requires-Python")):
         raise ValueError("Requires-Python excludes this Python, or is not understood here")
+    if not any(tag_allowed(tag) for tag in spec.get_all("Tag") or []):
+        raise ValueError("no tag of the wheel is this interpreter's")
     data = info[: -len(".dist-info")] + ".data/"
     if any(n.startswith(data) and not n.endswith("/") and n[len(data):].split("/")[0] not in
            ("purelib", "platlib", "scripts", "data") for n in names):

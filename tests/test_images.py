@@ -377,37 +377,52 @@ def test_the_base_images_entrypoint_still_wraps_the_command(
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("other", ["requires-python", "tag"])
 def test_a_wheel_for_another_python_is_refused_as_pip_refuses_it(
     docker_client: docker.DockerClient,
     base_image: str,
     base_image_id: str,
     wheels: Wheels,
     tmp_path: Path,
+    other: str,
 ) -> None:
-    """The layer installer leaves Requires-Python to pip: the commit is untestable, as before."""
+    """The layer installer leaves these to pip: the commit is untestable, as before."""
     import zipfile
 
-    other = tmp_path / wheels.pypto_1.name
-    with zipfile.ZipFile(wheels.pypto_1) as source, zipfile.ZipFile(other, "w") as target:
+    name = wheels.pypto_1.name
+    tag = name.removesuffix(".whl").split("-", 2)[2]
+    if other == "tag":
+        name = name.replace(tag, "cp27-cp27mu-linux_x86_64")
+    rewritten = tmp_path / name
+    with zipfile.ZipFile(wheels.pypto_1) as source, zipfile.ZipFile(rewritten, "w") as target:
         for item in source.infolist():
             data = source.read(item)
-            if item.filename.endswith(".dist-info/METADATA"):
+            if other == "requires-python" and item.filename.endswith(".dist-info/METADATA"):
                 data = data.replace(b"\nName:", b"\nRequires-Python: >=99\nName:", 1)
+            if other == "tag" and item.filename.endswith(".dist-info/WHEEL"):
+                data = data.replace(f"Tag: {tag}".encode(), b"Tag: cp27-cp27mu-linux_x86_64")
             target.writestr(item, data)
 
     with pytest.raises(WheelInstallFailed, match="wheel itself is broken") as raised:
         pair_image(
             docker_client,
             (base_image, base_image_id),
-            ("broken", other),
+            ("broken", rewritten),
             ("simpler", wheels.simpler),
             tmp_path / "image.log",
         )
 
     assert raised.value.package == "pypto"
-    installer_log = (tmp_path / "image-pypto.log").read_text()
-    assert "Requires-Python excludes this Python" in installer_log
-    assert "requires a different Python" in installer_log
+    log = (tmp_path / "image-pypto.log").read_text()
+    handed = {
+        "requires-python": "Requires-Python excludes this Python",
+        "tag": "no tag of the wheel is this interpreter's",
+    }[other]
+    refused = {
+        "requires-python": "requires a different Python",
+        "tag": "is not a supported wheel on this platform",
+    }[other]
+    assert handed in log and refused in log, log
 
 
 @pytest.mark.docker
