@@ -28,9 +28,9 @@ from runner.errors import (
     SourceUnavailable,
 )
 from runner.execute import ExampleRun
-from runner.executor import LOCAL_NODE, BuildJob, DeviceFault, Executor, RunJob
+from runner.executor import BuildJob, DeviceFault, Executor, RunJob
 from runner.images import WheelInstallFailed
-from runner.ledger import AheadBuild, Attempt, Ledger, Level, claim_run_dir
+from runner.ledger import AheadBuild, Attempt, Ledger, Level, claim_run_dir, placement
 from runner.noop import wheel_content_digest
 from runner.search import Verdict
 from runner.session import Request
@@ -252,9 +252,7 @@ class DockerTester:
                         live = len(self.executor.slots)
                         self.executor.retire(exc.slot, reason)
                         if len(self.executor.slots) < live:  # the report lists it
-                            where = exc.slot.device
-                            if exc.slot.node != LOCAL_NODE:
-                                where += f"@{exc.slot.node}"
+                            where = placement(exc.slot.device, exc.slot.node)
                             self._note_infrastructure("-", None, f"{RETIRED} {where}: {reason}")
                     if len(failures[index]) >= self.infra_retries:
                         fatal = InfrastructureError(

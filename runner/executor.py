@@ -45,11 +45,10 @@ from runner.devices import Passthrough
 from runner.errors import InfrastructureError
 from runner.execute import Cancelled, ExampleRun, run_example
 from runner.images import ensure_test_image
+from runner.ledger import LOCAL_NODE
 from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
 
 Echo = Callable[[str], None]
-
-LOCAL_NODE = "local"
 _BUILD_MEMORY_GIB = 6  # what one C++17 pypto build may take at its peak (nanobind TUs)
 _NEEDED, _SPECULATIVE = 0, 1  # build priorities: a build a test waits for goes first
 

@@ -77,6 +77,14 @@ class SessionInputs(_Strict):
     settings_digest: str = ""
 
 
+LOCAL_NODE = "local"  # an attempt run on this host (the local executor's node)
+
+
+def placement(device: str, node: str | None) -> str:
+    """Where an example ran, as reports name it: the device, and its node when not this host."""
+    return f"{device}@{node}" if node and node != LOCAL_NODE else device
+
+
 class Attempt(_Strict):
     """One tested (pypto, simpler) pair: what was built, how it ran, and the verdict."""
 

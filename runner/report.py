@@ -17,7 +17,7 @@ from runner.errors import RETIRED
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
 from runner.history import Change, CommitInfo
-from runner.ledger import Attempt, LedgerDocument
+from runner.ledger import LOCAL_NODE, Attempt, LedgerDocument, placement
 from runner.plots import Point, plot, present, series
 from runner.search import Verdict
 from runner.session import LevelResult, Outcome, describe_split
@@ -186,7 +186,11 @@ def _step(attempt: Attempt) -> dict[str, Any]:
 def _devices(doc: LedgerDocument) -> str:
     """The cards the session ran on: --device's, or where a cluster placed the runs."""
     placed = sorted(
-        {f"{a.device}@{a.node}" for a in doc.attempts if a.device and a.node not in (None, "local")}
+        {
+            placement(a.device, a.node)
+            for a in doc.attempts
+            if a.device and a.node not in (None, LOCAL_NODE)
+        }
     )
     if placed:
         return f"device{'s' if len(placed) > 1 else ''} {', '.join(placed)} (placed by Ray)"
@@ -196,10 +200,7 @@ def _devices(doc: LedgerDocument) -> str:
 def _where(step: dict[str, Any]) -> str:
     """The device that ran the example, and the node when not this host."""
     device = step.get("device") or ""
-    node = step.get("node")
-    if not device:
-        return ""
-    return f"{device}@{node}" if node and node != "local" else device
+    return placement(device, step.get("node")) if device else ""
 
 
 def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
