@@ -16,11 +16,11 @@ import shlex
 
 FALLBACK_EXIT = 3
 
-WHEEL_INSTALLER = """\
-import os, sys
-
-FALLBACK = 3
-
+# The script's one parameter, its hand-over code, is put in front of its text: the text has
+# braces of its own, so it is no format string.
+WHEEL_INSTALLER = (
+    f"import os, sys\n\nFALLBACK = {FALLBACK_EXIT}\n"
+    + """
 
 def python_allowed(requires):
     # The clauses pip refuses a wheel for, on release numbers ("3.9", "3.*"); anything else is
@@ -185,6 +185,7 @@ except Exception as exc:  # pip decides: it writes over anything written here
     sys.exit(FALLBACK)
 print(f"installed {name} from {os.path.basename(wheel)} into {root}", flush=True)
 """
+)
 
 
 def install_command(pip: str, wheel: str, python: str = "python3") -> str:

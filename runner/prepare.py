@@ -265,8 +265,8 @@ def _check_submodule_path(
     ]
     if not elsewhere:
         return  # added (or removed) within the range: the tests before it run without it
-    pins = history.gitlinks([good, *commits], path)
     chain = [good, *commits]
+    pins = history.gitlinks(chain, path)
     mover = next(c for c in chain[1:] if (pins[c] is None) != (pins[good] is None))
     ends = {good: "the known-good commit", bad: "the known-bad commit"}
     raise BadInput(
