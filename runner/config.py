@@ -467,7 +467,7 @@ class Settings(BaseSettings):
 
     @field_validator("submodule_path")
     @classmethod
-    def _submodule_path(cls, value: str) -> str:
+    def _runtime_path(cls, value: str) -> str:
         return _submodule_path(value)
 
     @field_validator("omit_submodules")

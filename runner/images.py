@@ -37,6 +37,7 @@ from runner.wheels import file_sha256
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
+    from docker.models.images import Image
 
 IMAGE_REPOSITORY = "bisect-precision/pypto"
 _LOG_TAIL_LINES = 15
@@ -627,22 +628,15 @@ def remove_recorded(client: docker.DockerClient, image_ids: Collection[str]) -> 
     removed = in_use = shared = 0
     layers: list[str] = []  # children before their parents
     for image_id in image_ids:
-        try:
-            image = client.images.get(image_id)
-        except docker.errors.ImageNotFound:
+        image = _image_or_none(client, image_id)
+        if image is None or image.labels.get(LABEL) != "1":
             continue
-        if image.labels.get(LABEL) != "1":
-            continue
-        parent = image.attrs.get("Parent") or ""
-        while parent and parent not in layers:
-            try:
-                above = client.images.get(parent)
-            except docker.errors.ImageNotFound:
-                break
-            if above.labels.get(KIND_LABEL) != "layer":
+        above = _image_or_none(client, image.attrs.get("Parent"))
+        while above is not None and above.labels.get(KIND_LABEL) == "layer":
+            if above.id in layers:
                 break
             layers.append(above.id)
-            parent = above.attrs.get("Parent") or ""
+            above = _image_or_none(client, above.attrs.get("Parent"))
         outcome = remove_image(client, image.id)
         removed += outcome == "removed"
         in_use += outcome == "kept"
@@ -652,6 +646,16 @@ def remove_recorded(client: docker.DockerClient, image_ids: Collection[str]) -> 
         removed += outcome == "removed"
         shared += outcome == "kept"
     return Removed(removed, in_use, shared)
+
+
+def _image_or_none(client: docker.DockerClient, image_id: str | None) -> Image | None:
+    """The image with this id; None for no id (an image without a parent) or one removed."""
+    if not image_id:
+        return None
+    try:
+        return client.images.get(image_id)
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def remove_image(client: docker.DockerClient, image_id: str, *, force: bool = True) -> str:
