@@ -368,6 +368,7 @@ class RayExecutor(Executor):
         self._retired: dict[tuple[str, str], str] = {}
         self._closed = False
         self._stopping = False  # closed with cancel: waiting threads give up
+        self._cancelled: set[Any] = set()  # refs `close` cancelled
         self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="ray")
         retries = {"max_retries": TASK_RETRIES, "retry_exceptions": False}
         self._build_task = ray.remote(build_on_node).options(num_cpus=1, **retries)
@@ -515,6 +516,7 @@ class RayExecutor(Executor):
                 for ref, key in self._tasks.items()
                 if cancel or (key is not None and self._speculative.get(key, False))
             ]
+            self._cancelled.update(doomed)
         for ref in doomed:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref)
@@ -610,9 +612,14 @@ class RayExecutor(Executor):
         while not self.ray.wait([ref], timeout=min(_POLL_S, self._starved_s))[0]:
             if self._stopping:
                 # Submitted while the session stopped, or not cancelled yet: cancel it, and let it
-                # remove its container before the driver leaves.
-                with contextlib.suppress(Exception):
-                    self.ray.cancel(ref)
+                # remove its container before the driver leaves. Never twice: a second cancel
+                # interrupts the task again while it removes its container, which then stays.
+                with self._lock:
+                    again = ref in self._cancelled
+                    self._cancelled.add(ref)
+                if not again:
+                    with contextlib.suppress(Exception):
+                        self.ray.cancel(ref)
                 with contextlib.suppress(Exception):
                     self.ray.wait([ref], timeout=_CANCEL_GRACE_S)
                 raise Cancelled(f"{what} was stopped: the session is stopping")
