@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -119,6 +120,10 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
         ERR.print(f"error: {exc}")
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
+        # Cleaned up and on the way out: another Ctrl-C must not turn exit 130 into a death by
+        # signal at interpreter shutdown.
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to ignore there
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         ERR.print(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
         raise typer.Exit(INTERRUPTED) from None
     except Exception as exc:
