@@ -471,7 +471,8 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "culprit": outcome.simpler_culprit,
             "commit": _commit(facts, outcome.simpler_culprit),
             "candidates": simpler.suspects,
-            "range": [outcome.change.old, outcome.change.new],
+            # The level's own ends: one bump's pointers, or a stretch of bumps' combined move.
+            "range": [simpler.candidates[0], simpler.candidates[-1]],
             "direction": outcome.direction,
             "pypto": simpler.anchor,
         }

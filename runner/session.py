@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, Protocol
 
@@ -753,6 +753,9 @@ class Session:
                 if None not in (links[i - 1], links[i]) and links[i - 1] != links[i]
             )
         self._bisect(first, pypto_pair)
+        stretch = self._pointer_stretch(first)
+        if stretch is not None:
+            return self._across_stretch(first, *stretch)
         if first.found is None:
             if first.low_confidence is not None:
                 self._partial.notes.append(_low_confidence_note(first))
@@ -832,6 +835,56 @@ class Session:
             outcome.notes.append(_low_confidence_note(second))
         return outcome
 
+    def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change] | None:
+        """When untestable commits end the pypto level and every one of them, and the bad commit
+        after them, only moves the runtime pointer along one simpler path: where the stretch
+        starts and the pointer move it makes as a whole (pypto's code is the same throughout)."""
+        if first.inconclusive is None:
+            return None
+        lo, hi = first.inconclusive
+        commits = first.candidates[lo - 1 : hi + 1]
+        if any(self.history.classify(c, self.path).kind != "pointer-only" for c in commits[1:]):
+            return None
+        old, new = self.gitlink(commits[0]), self.gitlink(commits[-1])
+        if old is None or new is None or old == new:
+            return None
+        try:
+            _direction, states = self._states(old, new)
+        except BisectError:
+            return None
+        positions = [states.index(p) if p in states else -1 for p in map(self.gitlink, commits)]
+        if positions != sorted(positions) or positions[0] != 0 or -1 in positions:
+            return None  # the pointers do not walk one path: no single simpler range holds them
+        change = self.history.classify(commits[-1], self.path)
+        return lo, replace(change, parent=commits[0], old=old, new=new)
+
+    def _across_stretch(self, first: LevelResult, lo: int, change: Change) -> Outcome:
+        """Bisect simpler across a stretch of pointer-only bumps the pypto level could not
+        judge (their new pointers do not build): their pairs are states of one simpler range."""
+        assert first.inconclusive is not None
+        hi = first.inconclusive[1]
+        commits = first.candidates[lo : hi + 1]
+        first.found, first.inconclusive = hi, None
+        outcome = Outcome("pypto", first, change=change)
+        self._partial = outcome
+        assert change.old is not None and change.new is not None
+        outcome.notes.append(
+            f"pypto {commits[0][:12]}..{commits[-1][:12]} could not be told apart (untested "
+            f"commits before the first bad one), but each only moves the {self.path} pointer: "
+            f"simpler is bisected across their combined move {change.old[:12]} -> "
+            f"{change.new[:12]} with pypto's code, which they share"
+        )
+        outcome = self._joint(first, outcome, change, lo=lo)
+        blamed = first.first_bad
+        if blamed is not None:
+            outcome.change = self.history.classify(blamed, self.path)
+        if blamed is not None and blamed != commits[-1] and outcome.source == "simpler":
+            outcome.notes.append(
+                f"pypto {blamed[:12]} is blamed without a passing or failing run of its own: its "
+                "pointer move is the first to take in the simpler culprit"
+            )
+        return outcome
+
     def _seen_elsewhere(self, first: LevelResult) -> tuple[int, int, int, int] | None:
         """The bisect's runs judged by its answer: what they say about the flake rates."""
         if self._chain is not None and self._chain.found is not None:
@@ -840,7 +893,9 @@ class Session:
             return None
         return evidence(first.observations, first.found)
 
-    def _joint(self, first: LevelResult, outcome: Outcome, change: Change) -> Outcome:
+    def _joint(
+        self, first: LevelResult, outcome: Outcome, change: Change, lo: int | None = None
+    ) -> Outcome:
         """Bisect inside the culprit's pointer move and check both levels' boundaries at once.
 
         The pairs form one chain from the known-good end to the known-bad end: level one's
@@ -852,9 +907,13 @@ class Session:
         build inputs are one link: a pointer-only bump's culprit with the old pointer builds
         exactly what its parent built. Each pypto commit keeps its prior share; a bump's share
         is spread over the pairs inside it.
+
+        `lo`: a stretch of pointer-only bumps ``lo..found`` taken as one move (see
+        `_across_stretch`); each state inside it blames the first bump whose pointer reaches it.
         """
         assert first.found is not None and change.old is not None and change.new is not None
         c = first.found
+        lo = c if lo is None else lo
         parent, culprit = first.candidates[c - 1], first.candidates[c]
         anchor: str | None = culprit
         if change.kind == "pointer-and-code":
@@ -872,10 +931,14 @@ class Session:
                 return outcome
             states = found
         links: list[list[tuple[str, str | None]]] = [
-            [(commit, self.gitlink(commit))] for commit in first.candidates[:c]
+            [(commit, self.gitlink(commit))] for commit in first.candidates[:lo]
         ]
-        origin: list[int] = list(range(c))  # the pypto candidate each link's hypothesis blames
+        origin: list[int] = list(range(lo))  # the pypto candidate each link's hypothesis blames
         at_state: dict[int, int] = {}  # link -> simpler state index
+        # A stretch's bumps by the state each one's pointer names (`_pointer_stretch` checked
+        # they walk the range in order): a state inside blames the first bump that reaches it.
+        reach = {states.index(self.gitlink(first.candidates[k]) or ""): k for k in range(lo, c)}
+        owner = lambda j: min((k for p, k in reach.items() if p >= j), default=c)  # noqa: E731
         if anchor is None:
             if outcome.split is not None and outcome.split.code_half is not Verdict.SKIP:
                 links.append([(culprit, change.old)])
@@ -883,8 +946,8 @@ class Session:
         else:
             inside = states[1:-1]
             if anchor == culprit and change.kind == "pointer-only":
-                at_state[c - 1] = 0
-                links[c - 1].append((culprit, states[0]))
+                at_state[lo - 1] = 0
+                links[lo - 1].append((culprit, states[0]))
             elif anchor == culprit:
                 at_state[len(links)] = 0
                 links.append([(culprit, states[0])])
@@ -892,7 +955,9 @@ class Session:
             for j, state in enumerate(inside, start=1):
                 at_state[len(links)] = j
                 links.append([(anchor, state)])
-                origin.append(c)
+                if j in reach:  # a bump of the stretch names this state: its runs count
+                    links[-1].append((first.candidates[reach[j]], state))
+                origin.append(owner(j))
             if anchor == parent:
                 at_state[c - 1] = 0
                 at_state[len(links)] = len(states) - 1
@@ -904,8 +969,8 @@ class Session:
         for commit in first.candidates[c:]:
             links.append([(commit, self.gitlink(commit))])
         origin += list(range(c, len(first.candidates)))
-        share = 1 / (end - c + 1)
-        weights = tuple(share if c <= k <= end else 1.0 for k in range(len(links)))
+        shares = {k: origin[lo : end + 1].count(k) for k in range(lo, c + 1)}
+        weights = tuple(1 / shares[origin[k]] if lo <= k <= end else 1.0 for k in range(len(links)))
         labels = [f"{k}:{pairs[0][0]}:{pairs[0][1]}" for k, pairs in enumerate(links)]
         # Plain bisection of both levels at worst: the endpoints and ceil(log2) steps per level.
         # Not its second level's good end or the split's halves: plain bisection runs them, but
@@ -935,7 +1000,8 @@ class Session:
         for k, pairs in enumerate(links):
             for pair in dict.fromkeys(pairs):
                 seen = self._recorded("simpler", *pair)
-                chain.observations.setdefault(k, []).extend(seen)
+                if seen:  # (with fixed repeats, a commit with an entry is one short of runs)
+                    chain.observations.setdefault(k, []).extend(seen)
         try:
             self._bisect(chain, self._pair(chain))
         finally:
@@ -950,7 +1016,20 @@ class Session:
         origin: Sequence[int],
         at_state: Mapping[int, int],
     ) -> None:
-        """Each level's view of the joint chain: its runs, tests and posterior."""
+        """Each level's view of the joint chain: its runs, tests and posterior (none with fixed
+        repeats, which judge by their policy, not by a model)."""
+        if second is None:
+            first.tests += chain.tests
+            first.rounds += chain.rounds
+        else:
+            second.tests, second.rounds = chain.tests, chain.rounds
+            second.observations = {
+                j: list(chain.observations[k])
+                for k, j in at_state.items()
+                if chain.observations.get(k)
+            }
+        if self.repeat is not None:
+            return
         if chain.belief is None:
             chain.belief = belief(
                 len(chain.candidates), chain.observations, chain.prior, chain.weights
@@ -962,13 +1041,7 @@ class Session:
                 pypto[origin[k]] += p
         first.belief = _projected(joint, pypto, first.observations)
         if second is None:
-            first.tests += chain.tests
-            first.rounds += chain.rounds
             return
-        second.tests, second.rounds = chain.tests, chain.rounds
-        second.observations = {
-            j: list(chain.observations[k]) for k, j in at_state.items() if chain.observations.get(k)
-        }
         simpler = [0.0] * len(second.candidates)
         for k, j in at_state.items():
             if j > 0:
@@ -992,6 +1065,7 @@ class Session:
             self._last_good = links[k - 1][0]
             if second is not None and at_state.get(k, 0) > 0:
                 second.found = at_state[k]
+                first.found = origin[k]  # a stretch's bump that reaches the state (else c)
                 return outcome
             if origin[k] == c:
                 # the code half or pypto's code on top of the new pointer fails: the code carries it
@@ -1016,8 +1090,11 @@ class Session:
             return outcome
         if chain.inconclusive is not None:
             lo, hi = chain.inconclusive
+            self._last_good = links[lo - 1][0]
             if second is not None and all(at_state.get(k, 0) > 0 for k in range(lo, hi + 1)):
                 second.inconclusive = (at_state[lo], at_state[hi])
+                if origin[lo] != origin[hi]:  # the states span bumps of a stretch
+                    first.found, first.inconclusive = None, (origin[lo], origin[hi])
                 return outcome
             outcome.source = "inconclusive"
             outcome.notes.append(

@@ -441,14 +441,8 @@ def test_without_verification_the_endpoints_are_assumed_and_never_tested(sample_
     assert len(searched(tester)) <= math.ceil(math.log2(8)) + 2 + EXTRA
 
 
-def test_a_known_bad_endpoint_named_without_a_run_says_so_in_the_report(sample_factory):
-    # Every commit before the assumed-bad end passes: the end is the culprit, never run.
-    last = SMALL["pypto_commits"]
-    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=last))
-    outcome, tester = bisect(sample, verify=False)
-    assert outcome.pypto.first_bad == sample.pypto_shas[-1]
-    assert sample.pypto_shas[-1] not in {pypto for _, pypto, _ in tester.tested}
-
+def ledger_of(sample: Sample, tester: SpecTester) -> LedgerDocument:
+    """The ledger a session over the whole sample would hold: its inputs and the tester's runs."""
     inputs = SessionInputs(
         pypto_repo=str(sample.pypto),
         lib_repo=str(sample.lib),
@@ -460,12 +454,23 @@ def test_a_known_bad_endpoint_named_without_a_run_says_so_in_the_report(sample_f
         base_image="base",
         base_image_id="sha256:" + "0" * 64,
     )
-    doc = LedgerDocument(
+    return LedgerDocument(
         tool_version="test",
         created_at=datetime.now(timezone.utc),
         inputs=inputs,
         attempts=tester.attempts,
     )
+
+
+def test_a_known_bad_endpoint_named_without_a_run_says_so_in_the_report(sample_factory):
+    # Every commit before the assumed-bad end passes: the end is the culprit, never run.
+    last = SMALL["pypto_commits"]
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=last))
+    outcome, tester = bisect(sample, verify=False)
+    assert outcome.pypto.first_bad == sample.pypto_shas[-1]
+    assert sample.pypto_shas[-1] not in {pypto for _, pypto, _ in tester.tested}
+
+    doc = ledger_of(sample, tester)
     notes = build_json(doc, outcome, ReportFacts())["notes"]
     assert any("taken as bad without a run (--no-verify)" in note for note in notes)
 
@@ -574,6 +579,61 @@ def test_a_pointer_only_bumps_good_end_is_judged_by_its_parents_runs_with_the_sa
     assert (culprit, old) not in {(p, s) for _, p, s in tester.tested}
     assert (parent, old) in {(p, s) for _, p, s in tester.tested}
     assert outcome.simpler.observations[0] == outcome.pypto.observations[3]
+
+
+def stretch_spec(regression: int, code_with_bump: frozenset[int] = frozenset()) -> SampleSpec:
+    """Two pointer-only bumps in a row (pypto 4: simpler 1 -> 3, pypto 5: 3 -> 5) whose middle
+    pointer, simpler 3, does not build: pypto 4 cannot be tested at all."""
+    return SampleSpec(
+        **{**SMALL, "pypto_commits": 9},
+        bumps=((4, 3), (5, 5), (6, 7)),
+        broken_simpler=frozenset({3}),
+        simpler_regression_at=regression,
+        code_with_bump=code_with_bump,
+    )
+
+
+@pytest.mark.parametrize("repeat", [None, 1])
+@pytest.mark.parametrize(
+    ("regression", "pypto", "simpler"),
+    [
+        (2, [4], [2]),  # inside the untestable bump: it is blamed by the state it reaches
+        (5, [5], [5]),  # inside the second bump
+        (4, [4, 5], [3, 4]),  # next to the broken pointer: either bump, either state
+    ],
+)
+def test_untestable_pointer_only_bumps_in_a_row_are_bisected_as_one_simpler_range(
+    sample_factory, repeat, regression, pypto, simpler
+):
+    sample = sample_factory(stretch_spec(regression))
+
+    outcome, tester = bisect(sample, repeat=repeat)
+
+    assert outcome.source == "simpler"
+    assert outcome.pypto.suspects == [sample.pypto_shas[i] for i in pypto]
+    assert outcome.simpler.suspects == [sample.simpler_shas[j] for j in simpler]
+    assert outcome.exit_code == (0 if len(simpler) == 1 else 1)
+    assert outcome.simpler.anchor == sample.pypto_shas[5]
+    ends = [sample.simpler_shas[1], sample.simpler_shas[5]]
+    assert build_json(ledger_of(sample, tester), outcome, ReportFacts())["simpler"]["range"] == ends
+    assert any("combined move" in note for note in outcome.notes)
+    blamed = [note for note in outcome.notes if "blamed without" in note]
+    assert len(blamed) == (pypto == [4])
+    if len(pypto) == 1:
+        assert outcome.change.commit == sample.pypto_shas[pypto[0]]
+    simpler_runs = [t for t in searched(tester) if t[0] == "simpler"]
+    assert {p for _, p, _ in simpler_runs} == {sample.pypto_shas[5]}
+    assert len(simpler_runs) <= math.ceil(math.log2(4)) + EXTRA
+
+
+def test_a_stretch_that_ends_in_a_bump_with_code_stays_inconclusive(sample_factory):
+    sample = sample_factory(stretch_spec(2, code_with_bump=frozenset({5})))
+
+    outcome, tester = bisect(sample)
+
+    assert outcome.source == "inconclusive" and outcome.exit_code == 1
+    assert outcome.pypto.suspects == sample.pypto_shas[4:6]
+    assert not [t for t in tester.tested if t[0] == "simpler"]
 
 
 @pytest.mark.parametrize(
