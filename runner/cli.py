@@ -671,9 +671,16 @@ def _status_data(state: Any, running: bool = False) -> dict:
     for result in (outcome.pypto, outcome.simpler):
         if result is None:
             continue
-        lo, hi = bounds(len(result.candidates), result.verdicts)
+        # A level with an answer shows it (a joint chain's runs may have placed it); an open one,
+        # what plain bisection would still search.
+        if result.found is not None:
+            lo, hi = result.found - 1, result.found
+        elif result.inconclusive is not None:
+            lo, hi = result.inconclusive[0] - 1, result.inconclusive[1]
+        else:
+            lo, hi = bounds(len(result.candidates), result.verdicts)
         likeliest = probability = None
-        if result.belief is not None and result.repeat is None:
+        if result.belief is not None and result.repeat is None and result.inconclusive is None:
             index, probability = result.belief.ranked(limit=1)[0]
             if result.found is not None:
                 index, probability = result.found, result.belief.probabilities[result.found]

@@ -97,7 +97,7 @@ def gather_facts(
     subjects = history.subjects({a.pypto_sha for a in doc.attempts if a.level == "pypto"})
     if simpler is not None:
         # The bump's ends are judged with the pypto level's and the split's runs too.
-        tested = {a.simpler_sha for a in doc.attempts if a.simpler_sha}
+        tested = {a.simpler_sha for a in doc.attempts if a.simpler_sha} | set(simpler.suspects)
         with contextlib.suppress(SourceUnavailable, BadInput):
             subjects.update(History(exporter.submodule_git_dir(path)).subjects(tested))
     subjects.update({sha: info.subject for sha, info in commits.items()})

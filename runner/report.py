@@ -370,18 +370,21 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
         suspects["pypto"] = set(outcome.pypto.suspects)
     if outcome.simpler is not None and outcome.simpler.found is None:
         suspects["simpler"] = set(outcome.simpler.suspects)
-    reasons: dict[str, set[str]] = {}
+    reasons: dict[str, dict[str, set[str]]] = {}
     for attempt in doc.counted():
         if attempt.verdict is not Verdict.SKIP:
             continue
         tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha
         if tested in suspects.get(attempt.level, ()):
-            reasons.setdefault(attempt.reason or "no reason recorded", set()).add(str(tested))
-    ranked = sorted(reasons.items(), key=lambda item: -len(item[1]))
-    return [
-        f"{len(shas)} candidate{'s' if len(shas) > 1 else ''} could not be tested: {reason}"
-        for reason, shas in ranked[:3]
-    ]
+            why = reasons.setdefault(attempt.reason or "no reason recorded", {})
+            why.setdefault(attempt.level, set()).add(str(tested))
+    ranked = sorted(reasons.items(), key=lambda item: -sum(map(len, item[1].values())))
+    notes = []
+    for reason, levels in ranked[:3]:
+        counts = " and ".join(f"{len(levels[level])} {level}" for level in sorted(levels))
+        plural = "s" if sum(map(len, levels.values())) > 1 else ""
+        notes.append(f"{counts} candidate{plural} could not be tested: {reason}")
+    return notes
 
 
 def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> list[str]:
@@ -465,7 +468,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "carrier": outcome.split.carrier,
             "summary": describe_split(outcome.split),
         }
-    if simpler is not None and outcome.change is not None:
+    if simpler is not None:
         data["simpler"] = {
             "first_bad": simpler.first_bad,
             "culprit": outcome.simpler_culprit,
@@ -512,11 +515,15 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             f"Inconclusive: low confidence: no pypto commit reached {outcome.confidence:.0%}; "
             f"the likeliest are {listed}."
         )
-    if outcome.source == "inconclusive" and pypto.found is None:
-        return (
+    if pypto.found is None and (outcome.source == "inconclusive" or outcome.simpler is not None):
+        line = (
             f"Inconclusive: untestable commits border the culprit; it is one of "
-            f"{len(pypto.suspects)} pypto commits listed below."
+            f"{len(pypto.suspects)} pypto commits"
         )
+        if outcome.simpler is not None:  # bumps in a row: both levels name candidates
+            line += f" and one of {len(outcome.simpler.suspects)} simpler commits"
+        return line + " listed below."
+
     culprit = pypto.first_bad or ""
     line = f"The regression came in with pypto {culprit[:12]}"
     info = facts.commits.get(culprit)
@@ -640,7 +647,10 @@ def build_markdown(
             )
         else:
             lines += ["## Candidate simpler commits", ""]
-            lines += [f"- `{sha}`" for sha in outcome.simpler.suspects]
+            lines += [
+                f"- `{sha}` {facts.subjects.get(sha, '')}".rstrip()
+                for sha in outcome.simpler.suspects
+            ]
             lines.append("")
     lines += _environment_lines(data["environment"])
     lines += _figure_lines(doc, outcome, facts)

@@ -874,14 +874,18 @@ class Session:
             f"simpler is bisected across their combined move {change.old[:12]} -> "
             f"{change.new[:12]} with pypto's code, which they share"
         )
-        outcome = self._joint(first, outcome, change, lo=lo)
+        try:
+            outcome = self._joint(first, outcome, change, lo=lo)
+        except Pending:
+            first.found = None  # still open: the chain's runs decide it (its posterior shows)
+            raise
         blamed = first.first_bad
-        if blamed is not None:
-            outcome.change = self.history.classify(blamed, self.path)
+        # The blamed bump's own move; none when the answer is one of several bumps.
+        outcome.change = None if blamed is None else self.history.classify(blamed, self.path)
         if blamed is not None and blamed != commits[-1] and outcome.source == "simpler":
             outcome.notes.append(
                 f"pypto {blamed[:12]} is blamed without a passing or failing run of its own: its "
-                "pointer move is the first to take in the simpler culprit"
+                "pointer move is the first of them to cross the simpler culprit"
             )
         return outcome
 
@@ -988,7 +992,9 @@ class Session:
         self._chain = chain
         second = None
         if anchor is not None:
-            second = LevelResult("simpler", states, anchor=anchor)
+            second = LevelResult(
+                "simpler", states, anchor=anchor, repeat=self.repeat, policy=self.policy
+            )
             outcome.simpler = second
             outcome.source = "simpler"
             self.events.level_started(
@@ -1095,6 +1101,15 @@ class Session:
                 second.inconclusive = (at_state[lo], at_state[hi])
                 if origin[lo] != origin[hi]:  # the states span bumps of a stretch
                     first.found, first.inconclusive = None, (origin[lo], origin[hi])
+                    pairs = ", ".join(
+                        f"{second.candidates[at_state[k]][:12]} -> "
+                        f"{first.candidates[origin[k]][:12]}"
+                        for k in range(lo, hi + 1)
+                    )
+                    outcome.notes.append(
+                        "the pypto bump to blame depends on the simpler candidate (each bump "
+                        f"takes in the states up to its new pointer): {pairs}"
+                    )
                 return outcome
             outcome.source = "inconclusive"
             outcome.notes.append(

@@ -212,7 +212,10 @@ def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetc
     assert partial.json()["pypto"]["candidates"] == sample.pypto_shas[4:7]
     skips = [a for a in json.loads(ledger.read_text())["attempts"] if a["verdict"] == "skip"]
     assert skips and all(a["reason"].startswith("source unavailable: ") for a in skips)
-    why = "2 candidates could not be tested: source unavailable: submodule runtime/third_party/isa"
+    why = (
+        "2 pypto candidates could not be tested: source unavailable: "
+        "submodule runtime/third_party/isa"
+    )
     assert any(note.startswith(why) for note in partial.json()["notes"])
     # Run again as it is, without --json: the summary says why, and nothing new is tested.
     again = cli(*run_args(sample, tmp_path / "work", shared_cache))

@@ -14,15 +14,17 @@ import random
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from runner.cli import _status_data
 from runner.errors import SourceUnavailable
 from runner.history import History, pointer_states
 from runner.ledger import Attempt, LedgerDocument, Level, SessionInputs
-from runner.report import ReportFacts, build_json
+from runner.report import ReportFacts, build_json, build_markdown
 from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
 from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session, _builds_from
@@ -624,6 +626,62 @@ def test_untestable_pointer_only_bumps_in_a_row_are_bisected_as_one_simpler_rang
     simpler_runs = [t for t in searched(tester) if t[0] == "simpler"]
     assert {p for _, p, _ in simpler_runs} == {sample.pypto_shas[5]}
     assert len(simpler_runs) <= math.ceil(math.log2(4)) + EXTRA
+
+
+@pytest.mark.parametrize("repeat", [None, 1])
+def test_a_stretch_ending_on_candidates_reads_the_same_in_report_and_status(sample_factory, repeat):
+    sample = sample_factory(stretch_spec(4))  # simpler 3 (pypto 4's pointer) or 4 (pypto 5's)
+    outcome, tester = bisect(sample, repeat=repeat)
+    doc = ledger_of(sample, tester)
+
+    facts = ReportFacts(subjects={sample.simpler_shas[4]: "r4 subject"})
+    data = build_json(doc, outcome, facts)
+    assert data["pypto"]["change"] is None  # no single bump: no single move to describe
+    assert data["simpler"]["range"] == [sample.simpler_shas[1], sample.simpler_shas[5]]
+    pairs = next(note for note in data["notes"] if "depends on the simpler candidate" in note)
+    for state, bump in ((3, 4), (4, 5)):
+        assert f"{sample.simpler_shas[state][:12]} -> {sample.pypto_shas[bump][:12]}" in pairs
+    # One broken pointer, counted once per level it was a candidate of.
+    assert not any(n.startswith("2 candidates could not be tested") for n in data["notes"])
+    markdown = build_markdown(doc, outcome, facts, data)
+    assert markdown.splitlines()[2] == (
+        "Inconclusive: untestable commits border the culprit; it is one of 2 pypto commits and "
+        "one of 2 simpler commits listed below."
+    )
+    assert f"- `{sample.simpler_shas[4]}` r4 subject" in markdown
+    assert outcome.simpler.repeat == repeat  # labelled by the search that ran
+
+    status = _status_data(SimpleNamespace(outcome=outcome, endpoint_failure=None, document=doc))
+    for level, (good, bad) in zip(status["levels"], ((3, 5), (2, 4)), strict=True):
+        shas = sample.pypto_shas if level["level"] == "pypto" else sample.simpler_shas
+        assert level["likeliest"] is None  # a tie between candidates names no likeliest one
+        assert (level["last_good"], level["first_bad"]) == (shas[good], shas[bad])
+        assert level["remaining"] == 2
+
+
+def test_a_stretch_found_with_fixed_repeats_shows_its_culprit_in_status(sample_factory):
+    sample = sample_factory(stretch_spec(2))
+    outcome, tester = bisect(sample, repeat=1)
+
+    status = _status_data(
+        SimpleNamespace(outcome=outcome, endpoint_failure=None, document=ledger_of(sample, tester))
+    )
+
+    pypto = status["levels"][0]
+    assert (pypto["last_good"], pypto["first_bad"]) == tuple(sample.pypto_shas[3:5])
+    assert pypto["remaining"] == 1
+
+
+def test_a_stretch_stopped_inside_its_simpler_range_blames_no_bump_yet(sample_factory):
+    sample = sample_factory(stretch_spec(2))
+    _, tester = bisect(sample)
+    first_simpler = next(i for i, t in enumerate(tester.tested) if t[0] == "simpler")
+
+    outcome = replay_only(sample, tester.attempts[: first_simpler + 1])
+
+    assert outcome.pending is not None and outcome.pending.level == "simpler"
+    assert outcome.pypto.found is None and not outcome.pypto.done
+    assert outcome.pypto.belief is not None  # the chain's runs so far, for `status`
 
 
 def test_a_stretch_that_ends_in_a_bump_with_code_stays_inconclusive(sample_factory):
