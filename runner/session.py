@@ -280,15 +280,19 @@ def _quantile_picks(posterior: Belief, first: int, k: int) -> tuple[int, ...]:
     deterministic example this is the plain k-way split; with flakes the cuts crowd the likely
     boundary and may repeat a tested commit, which is what a noisy test needs. The single best
     pick (`first`) leads when it re-tests an endpoint: the flake rates are still unknown.
+    Untestable candidates (a skip) are never picked: a cut that lands on one moves to the
+    nearest testable candidate.
     """
     probabilities = posterior.probabilities
     count = len(probabilities)
+    untestable = {i for i, tally in posterior.tallies.items() if tally.skip}
     picks: list[int] = [first] if first in (0, count - 1) else []
     cumulative = []
     total = 0.0
     for index in range(count - 1):  # testing the bad endpoint splits nothing
         total += probabilities[index]
-        cumulative.append((index, total))
+        if index not in untestable:
+            cumulative.append((index, total))
     for cut in range(1, k + 1):
         target = cut / (k + 1)
         index, _ = min(cumulative, key=lambda c: (abs(c[1] - target), c[0]))
@@ -302,7 +306,7 @@ def _quantile_picks(posterior: Belief, first: int, k: int) -> tuple[int, ...]:
     for index in fill:
         if len(picks) >= k:
             break
-        if 0 <= index < count and index not in picks:
+        if 0 <= index < count and index not in picks and index not in untestable:
             picks.append(index)
     return tuple(picks[:k])
 

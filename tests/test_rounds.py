@@ -264,3 +264,29 @@ def test_on_one_device_the_endpoints_are_checked_one_after_the_other(sample_fact
     assert all(len(r) == 1 for r in tester.rounds)
     assert {p for r in tester.rounds for _, p, _ in r} == {sample.pypto_shas[0]}
     assert len(tester.rounds) == 5  # endpoint_check's tries, and the bad end never ran
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        SampleSpec(
+            **SMALL, bumps=((4, 7),), simpler_regression_at=5, broken_simpler=frozenset({3})
+        ),
+        SampleSpec(
+            **{**SMALL, "pypto_commits": 9},
+            bumps=((4, 3), (5, 5), (6, 7)),
+            broken_simpler=frozenset({3}),
+            simpler_regression_at=4,
+        ),
+    ],
+    ids=["broken-state-in-a-bump", "broken-pointer-between-bumps"],
+)
+def test_on_two_devices_an_untestable_candidate_is_not_tried_again(sample_factory, spec):
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=2)
+
+    bisect(sample, tester=tester)
+
+    untestable = [t for t in tester.tested if tester.truth(*t[1:]).value == "skip"]
+    # One try of the broken simpler commit, whichever pypto commit pinned or carried it.
+    assert len(untestable) == 1, untestable
