@@ -1012,6 +1012,13 @@ class Session:
                 seen = self._recorded("simpler", *pair)
                 if seen:  # (with fixed repeats, a commit with an entry is one short of runs)
                     chain.observations.setdefault(k, []).extend(seen)
+        reused = sum(
+            a.level == "simpler"
+            for pair in {pair for pairs in links for pair in pairs}
+            for a in self.lookup(*pair)
+        )
+        if reused:  # (the pypto level said how many of its own it reused)
+            self.events.note(f"{reused} simpler verdicts reused from the ledger")
         try:
             self._bisect(chain, self._pair(chain))
         finally:

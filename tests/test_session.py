@@ -27,7 +27,15 @@ from runner.ledger import Attempt, LedgerDocument, Level, SessionInputs
 from runner.report import ReportFacts, build_json, build_markdown
 from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
-from runner.session import EndpointFailure, LevelResult, Outcome, Pending, Session, _builds_from
+from runner.session import (
+    EndpointFailure,
+    LevelResult,
+    Outcome,
+    Pending,
+    QuietEvents,
+    Session,
+    _builds_from,
+)
 from runner.verdict import Tolerance
 from runner.workflow import endpoint_error
 from tests.fixtures.attempts import recorded
@@ -682,6 +690,27 @@ def test_a_stretch_stopped_inside_its_simpler_range_blames_no_bump_yet(sample_fa
     assert outcome.pending is not None and outcome.pending.level == "simpler"
     assert outcome.pypto.found is None and not outcome.pypto.done
     assert outcome.pypto.belief is not None  # the chain's runs so far, for `status`
+
+
+class Notes(QuietEvents):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_factory):
+    sample = sample_factory(stretch_spec(2))
+    _, first_run = bisect(sample)
+    simpler_runs = sum(t[0] == "simpler" for t in first_run.tested)
+    resumed = SpecTester(sample)
+    resumed.attempts = list(first_run.attempts)
+    events = Notes()
+
+    bisect(sample, tester=resumed, events=events)
+
+    assert f"{simpler_runs} simpler verdicts reused from the ledger" in events.notes
 
 
 def test_a_stretch_that_ends_in_a_bump_with_code_stays_inconclusive(sample_factory):
