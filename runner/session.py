@@ -33,7 +33,7 @@ from runner.confidence import (
     tally,
 )
 from runner.errors import BisectError
-from runner.history import Change, History
+from runner.history import METADATA_PATHS, Change, History
 from runner.ledger import Attempt, Level, judged
 from runner.search import (
     Found,
@@ -847,8 +847,11 @@ class Session:
             return None
         lo, hi = first.inconclusive
         commits = first.candidates[lo - 1 : hi + 1]
-        if any(self.history.classify(c, self.path).kind != "pointer-only" for c in commits[1:]):
-            return None
+        for commit in commits[1:]:
+            # Pointer moves, and commits that change nothing built (a .gitmodules URL, docs).
+            paths = self.history.classify(commit, self.path).changed_paths
+            if any(_builds_from(path) for path in paths if path not in METADATA_PATHS):
+                return None
         old, new = self.gitlink(commits[0]), self.gitlink(commits[-1])
         if old is None or new is None or old == new:
             return None
@@ -860,7 +863,7 @@ class Session:
         if positions != sorted(positions) or positions[0] != 0 or -1 in positions:
             return None  # the pointers do not walk one path: no single simpler range holds them
         change = self.history.classify(commits[-1], self.path)
-        return lo, replace(change, parent=commits[0], old=old, new=new)
+        return lo, replace(change, parent=commits[0], old=old, new=new, kind="pointer-only")
 
     def _across_stretch(self, first: LevelResult, lo: int, change: Change) -> Outcome:
         """Bisect simpler across a stretch of pointer-only bumps the pypto level could not
@@ -945,7 +948,10 @@ class Session:
         at_state: dict[int, int] = {}  # link -> simpler state index
         # A stretch's bumps by the state each one's pointer names (`_pointer_stretch` checked
         # they walk the range in order): a state inside blames the first bump that reaches it.
-        reach = {states.index(self.gitlink(first.candidates[k]) or ""): k for k in range(lo, c)}
+        reach = {
+            states.index(self.gitlink(first.candidates[k]) or ""): k
+            for k in range(c - 1, lo - 1, -1)
+        }  # (the earliest commit naming a state: one that changes nothing else keeps it)
         owner = lambda j: min((k for p, k in reach.items() if p >= j), default=c)  # noqa: E731
         if anchor is None:
             if outcome.split is not None and outcome.split.code_half is not Verdict.SKIP:

@@ -713,6 +713,51 @@ def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_
     assert f"{simpler_runs} simpler verdicts reused from the ledger" in events.notes
 
 
+@pytest.mark.parametrize(("regression", "blamed"), [(2, 0), (5, 2)])
+def test_a_commit_that_builds_nothing_new_inside_a_stretch_keeps_it_one_range(
+    sample_factory, tmp_path, regression, blamed
+):
+    """bump to simpler 3 (does not build), a docs commit, bump to 6: one move 1 -> 6."""
+    sample = sample_factory(
+        SampleSpec(
+            **SMALL, bumps=(), broken_simpler=frozenset({3}), simpler_regression_at=regression
+        )
+    )
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    added = []
+    for step, target in (("bump", 3), ("docs", None), ("bump", 6)):
+        if target is None:
+            (clone / "docs").mkdir()
+            (clone / "docs" / "runtime.md").write_text("runtime notes\n")
+            git(clone, "add", "docs")
+        else:
+            link = f"160000,{sample.simpler_shas[target]},runtime"
+            git(clone, "update-index", "--cacheinfo", link)
+        git(clone, "commit", "-q", "-m", f"{step} {target}")
+        added.append(git(clone, "rev-parse", "HEAD"))
+
+    class BySimpler(SpecTester):
+        """pypto's code is the sample's last commit's throughout: the simpler pin decides."""
+
+        def truth(self, pypto, simpler):
+            return super().truth(sample.pypto_shas[-1], simpler)
+
+    tester = BySimpler(sample)
+    outcome = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=sample.pypto_shas[-1],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    ).run()
+
+    assert outcome.pypto.first_bad == added[blamed]
+    assert outcome.simpler_culprit == sample.simpler_shas[regression]
+    assert outcome.exit_code == 0
+
+
 def test_a_stretch_that_ends_in_a_bump_with_code_stays_inconclusive(sample_factory):
     sample = sample_factory(stretch_spec(2, code_with_bump=frozenset({5})))
 
