@@ -33,7 +33,7 @@ from runner.confidence import (
     tally,
 )
 from runner.errors import BisectError
-from runner.history import METADATA_PATHS, Change, History
+from runner.history import METADATA_PATHS, Change, ChangeKind, History
 from runner.ledger import Attempt, Level, judged
 from runner.search import (
     Found,
@@ -840,18 +840,21 @@ class Session:
         return outcome
 
     def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change] | None:
-        """When untestable commits end the pypto level and every one of them, and the bad commit
-        after them, only moves the runtime pointer along one simpler path: where the stretch
-        starts and the pointer move it makes as a whole (pypto's code is the same throughout)."""
+        """When untestable commits end the pypto level and every one of them only moves the
+        runtime pointer along one simpler path, as does the bad commit after them (which may
+        change pypto's code too): where the stretch starts and the pointer move it makes as a
+        whole, with the bad commit's code change if it has one."""
         if first.inconclusive is None:
             return None
         lo, hi = first.inconclusive
         commits = first.candidates[lo - 1 : hi + 1]
-        for commit in commits[1:]:
-            # Pointer moves, and commits that change nothing built (a .gitmodules URL, docs).
+
+        def builds(commit: str) -> bool:  # (not pointer moves, docs or a .gitmodules URL)
             paths = self.history.classify(commit, self.path).changed_paths
-            if any(_builds_from(path) for path in paths if path not in METADATA_PATHS):
-                return None
+            return any(_builds_from(path) for path in paths if path not in METADATA_PATHS)
+
+        if any(builds(commit) for commit in commits[1:-1]):
+            return None
         old, new = self.gitlink(commits[0]), self.gitlink(commits[-1])
         if old is None or new is None or old == new:
             return None
@@ -863,7 +866,8 @@ class Session:
         if positions != sorted(positions) or positions[0] != 0 or -1 in positions:
             return None  # the pointers do not walk one path: no single simpler range holds them
         change = self.history.classify(commits[-1], self.path)
-        return lo, replace(change, parent=commits[0], old=old, new=new, kind="pointer-only")
+        kind: ChangeKind = "pointer-and-code" if builds(commits[-1]) else "pointer-only"
+        return lo, replace(change, parent=commits[0], old=old, new=new, kind=kind)
 
     def _across_stretch(self, first: LevelResult, lo: int, change: Change) -> Outcome:
         """Bisect simpler across a stretch of pointer-only bumps the pypto level could not
@@ -889,6 +893,8 @@ class Session:
         blamed = first.first_bad
         # The blamed bump's own move; none when the answer is one of several bumps.
         outcome.change = None if blamed is None else self.history.classify(blamed, self.path)
+        if blamed != commits[-1]:
+            outcome.split = None  # the last bump's halves: not the blamed commit's
         if blamed is not None and blamed != commits[-1] and outcome.source == "simpler":
             outcome.notes.append(
                 f"pypto {blamed[:12]} is blamed without a passing or failing run of its own: its "
@@ -947,12 +953,18 @@ class Session:
         origin: list[int] = list(range(lo))  # the pypto candidate each link's hypothesis blames
         at_state: dict[int, int] = {}  # link -> simpler state index
         # A stretch's bumps by the state each one's pointer names (`_pointer_stretch` checked
-        # they walk the range in order): a state inside blames the first bump that reaches it.
+        # they walk the range in order): a state inside blames the first bump that reaches it,
+        # unless only the last bump's code with the new pointer fails (an interaction).
         reach = {
             states.index(self.gitlink(first.candidates[k]) or ""): k
             for k in range(c - 1, lo - 1, -1)
+            if states
         }  # (the earliest commit naming a state: one that changes nothing else keeps it)
+        if outcome.split is not None and outcome.split.carrier == "interaction":
+            reach = {}
         owner = lambda j: min((k for p, k in reach.items() if p >= j), default=c)  # noqa: E731
+        # Their own runs are the anchor's when it has their code (not the last bump's new code).
+        same_code = change.kind == "pointer-only" or anchor == parent
         if anchor is None:
             if outcome.split is not None and outcome.split.code_half is not Verdict.SKIP:
                 links.append([(culprit, change.old)])
@@ -969,11 +981,11 @@ class Session:
             for j, state in enumerate(inside, start=1):
                 at_state[len(links)] = j
                 links.append([(anchor, state)])
-                if j in reach:  # a bump of the stretch names this state: its runs count
+                if j in reach and same_code:  # a bump of the stretch names this state
                     links[-1].append((first.candidates[reach[j]], state))
                 origin.append(owner(j))
             if anchor == parent:
-                at_state[c - 1] = 0
+                at_state[lo - 1] = 0
                 at_state[len(links)] = len(states) - 1
                 links.append([(parent, states[-1])])
                 origin.append(c)

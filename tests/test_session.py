@@ -12,6 +12,7 @@ import contextlib
 import math
 import random
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -591,7 +592,9 @@ def test_a_pointer_only_bumps_good_end_is_judged_by_its_parents_runs_with_the_sa
     assert outcome.simpler.observations[0] == outcome.pypto.observations[3]
 
 
-def stretch_spec(regression: int, code_with_bump: frozenset[int] = frozenset()) -> SampleSpec:
+def stretch_spec(
+    regression: int | None, code_with_bump: frozenset[int] = frozenset()
+) -> SampleSpec:
     """Two pointer-only bumps in a row (pypto 4: simpler 1 -> 3, pypto 5: 3 -> 5) whose middle
     pointer, simpler 3, does not build: pypto 4 cannot be tested at all."""
     return SampleSpec(
@@ -758,14 +761,42 @@ def test_a_commit_that_builds_nothing_new_inside_a_stretch_keeps_it_one_range(
     assert outcome.exit_code == 0
 
 
-def test_a_stretch_that_ends_in_a_bump_with_code_stays_inconclusive(sample_factory):
-    sample = sample_factory(stretch_spec(2, code_with_bump=frozenset({5})))
+def test_a_stretch_whose_untestable_bump_changes_code_stays_inconclusive(sample_factory):
+    sample = sample_factory(stretch_spec(2, code_with_bump=frozenset({4})))
 
     outcome, tester = bisect(sample)
 
     assert outcome.source == "inconclusive" and outcome.exit_code == 1
     assert outcome.pypto.suspects == sample.pypto_shas[4:6]
     assert not [t for t in tester.tested if t[0] == "simpler"]
+
+
+@pytest.mark.parametrize("repeat", [None, 1])
+@pytest.mark.parametrize(
+    ("simpler_at", "pypto_at", "blamed", "culprit"),
+    [
+        (2, None, 4, 2),  # the pointer half fails: simpler across the whole move
+        (5, None, 5, 5),  # ... inside the last bump's own move
+        (None, 5, 5, None),  # the code half fails: the last bump's code
+    ],
+)
+def test_a_stretch_that_ends_in_a_bump_with_code_is_split_at_that_bump(
+    sample_factory, repeat, simpler_at, pypto_at, blamed, culprit
+):
+    spec = replace(
+        stretch_spec(simpler_at, code_with_bump=frozenset({5})), pypto_regression_at=pypto_at
+    )
+    sample = sample_factory(spec)
+
+    outcome, _ = bisect(sample, repeat=repeat)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[blamed]
+    assert outcome.exit_code == 0
+    if culprit is None:
+        assert outcome.source == "pypto" and outcome.split.carrier == "code"
+    else:
+        assert outcome.simpler_culprit == sample.simpler_shas[culprit]
+    assert (outcome.split is not None) == (blamed == 5)  # the halves are the last bump's
 
 
 @pytest.mark.parametrize(
