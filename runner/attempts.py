@@ -23,6 +23,8 @@ from runner.devices import Passthrough
 from runner.errors import (
     INFRASTRUCTURE_LOG,
     RETIRED,
+    USER_SKIP,
+    BuildTimedOut,
     InfrastructureError,
     LedgerError,
     SourceUnavailable,
@@ -101,9 +103,12 @@ class DockerTester:
         warn: Callable[[str], None] | None = None,
         fingerprint: Callable[[str | None, str], dict[str, str]] | None = None,
         prefetch: bool = True,
+        skip: Collection[str] = (),
     ) -> None:
-        """`echo` streams logs (--verbose); `warn` says what the user must know anyway."""
+        """`echo` streams logs (--verbose); `warn` says what the user must know anyway;
+        `skip`: pypto and simpler commits the user takes as untestable (--skip)."""
         self.executor = executor
+        self.skip = frozenset(skip)
         self.speculate = prefetch
         self.fingerprint = fingerprint
         self.ledger = ledger
@@ -255,11 +260,7 @@ class DockerTester:
                             where = placement(exc.slot.device, exc.slot.node)
                             self._note_infrastructure("-", None, f"{RETIRED} {where}: {reason}")
                     if len(failures[index]) >= self.infra_retries:
-                        fatal = InfrastructureError(
-                            f"{len(failures[index])} infrastructure failures in a row, nothing "
-                            f"recorded for {request.pypto[:12]}: {reason}; fix the cause and run "
-                            "again to resume"
-                        )
+                        fatal = InfrastructureError(_stopping(failures[index], exc, request))
                         fatal.__cause__ = exc
                         continue
                     if self.echo:
@@ -307,6 +308,7 @@ class DockerTester:
         """
         if not self.speculate:
             return 0
+        pairs = [pair for pair in pairs if self.skip.isdisjoint(pair)]  # never built
         keep = {*pairs, *testing}
         with self._ahead_cond:
             # No guess starts before that round's builds are asked for (test_round, next).
@@ -461,6 +463,13 @@ class DockerTester:
                     self._preparing -= 1
                     self._ahead_cond.notify_all()
 
+        skipped = [sha for sha in (pypto, simpler) if sha in self.skip]
+        if skipped:  # nothing to build or run: the user said it cannot be judged
+            builds_done()
+            which = "pypto" if skipped[0] == pypto else "simpler"
+            record.reason = f"{USER_SKIP} (the {which} commit {skipped[0][:12]})"
+            record.finished_at = _now()
+            return record
         try:
             self._build_and_run(record, artifacts, builds_done)
         except (SourceUnavailable, WheelInstallFailed) as exc:
@@ -689,6 +698,22 @@ class DockerTester:
         with self._ahead_cond:
             self._run_times.append(result.seconds)
         record.log_path = str(result.log_path)
+
+
+def _stopping(reasons: Sequence[str], last: InfrastructureError, request: Request) -> str:
+    """Why the run stops after a test's infrastructure failures, and what lets it go on."""
+    count = len(reasons)
+    if isinstance(last, BuildTimedOut) and all("timed out" in r for r in reasons):
+        return (
+            f"{last} ({count} time{'s' if count > 1 else ''} in a row; nothing recorded): raise "
+            f"--build-timeout if builds are only slow here, or, if this commit's build hangs, run "
+            f"again with --skip {last.commit[:12]} to take it as untestable"
+        )
+    failures = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"
+    return (
+        f"{failures}, nothing recorded for {request.pypto[:12]}: {reasons[-1]}; fix the cause "
+        "and run again to resume"
+    )
 
 
 def _wheels_in(attempt: Attempt, states: Collection[str]) -> list[tuple[str, str]]:

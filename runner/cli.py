@@ -334,6 +334,14 @@ def run(
             metavar="PATH", help="Leave this submodule out of source exports (repeatable)."
         ),
     ] = None,
+    skip: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="REV",
+            help="Take this pypto or simpler commit as untestable, as `git bisect skip` does "
+            "(a build that hangs; repeatable).",
+        ),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option(metavar="SECONDS", help="Seconds per example run [1800].")
     ] = None,
@@ -485,6 +493,7 @@ def run(
         "cache_dir": cache_dir,
         "submodule_path": submodule_path,
         "omit_submodules": omit_submodule or None,
+        "skip": skip or None,
         "timeout": timeout,
         "build_timeout": build_timeout,
         "infra_retries": infra_retries,

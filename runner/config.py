@@ -72,6 +72,7 @@ FLAG_NAMES = {
     "extra_args": "--extra-arg",
     "submodule_sources": "--submodule-source",
     "omit_submodules": "--omit-submodule",
+    "skip": "--skip",
     "build_pins": "--build-pin",
     "build_env": "--build-env",
     "run_env": "--run-env",
@@ -284,6 +285,11 @@ class Settings(BaseSettings):
     submodule_sources: dict[str, Path] = Field(
         default_factory=dict,
         description="Submodule path to a clone holding commits the checkout lacks.",
+    )
+    skip: list[str] = Field(
+        default_factory=list,
+        description="pypto or simpler commits taken as untestable, as `git bisect skip` does "
+        "(a build that hangs).",
     )
     omit_submodules: list[str] = Field(
         default_factory=list,

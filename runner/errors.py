@@ -27,6 +27,18 @@ class InfrastructureError(BisectError):
     exit_code = 4
 
 
+class BuildTimedOut(InfrastructureError):
+    """A wheel build ran past --build-timeout: a slow host, or a build that hangs."""
+
+    def __init__(self, message: str, package: str, commit: str) -> None:
+        super().__init__(message)
+        self.package = package
+        self.commit = commit
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # (a Ray task raises it)
+        return type(self), (str(self), self.package, self.commit)
+
+
 class LedgerError(BisectError):
     """The ledger is locked, corrupt, foreign or belongs to other inputs (exit 2)."""
 
@@ -34,6 +46,7 @@ class LedgerError(BisectError):
 
 
 SOURCE_UNAVAILABLE = "source unavailable"
+USER_SKIP = "skipped by --skip"
 """How the exporter's messages start, and so the reason of an attempt it refused."""
 
 

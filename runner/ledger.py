@@ -31,7 +31,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from runner.errors import SOURCE_UNAVAILABLE, BadInput, InfrastructureError, LedgerError
+from runner.errors import (
+    SOURCE_UNAVAILABLE,
+    USER_SKIP,
+    BadInput,
+    InfrastructureError,
+    LedgerError,
+)
 from runner.search import Verdict
 from runner.verdict import Tolerance
 
@@ -231,6 +237,14 @@ class LedgerDocument(_Strict):
         own = [a for a in matches if a.level == "pypto"]
         chosen = own or matches
         return chosen[-1] if chosen else None
+
+    def user_skips(self) -> list[Attempt]:
+        """Counted skips of pairs the user took as untestable (--skip)."""
+        return [
+            a
+            for a in self.counted()
+            if a.verdict is Verdict.SKIP and a.reason.startswith(USER_SKIP)
+        ]
 
     def source_skips(self) -> list[Attempt]:
         """Counted skips of pairs whose sources the checkout lacked when they were tried."""

@@ -19,7 +19,7 @@ from runner import __version__
 from runner.builders import PackageSources, Provisioner
 from runner.config import Settings
 from runner.devices import Passthrough, is_simulator, parse_device_map, passthrough
-from runner.errors import BadInput, InfrastructureError
+from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import connect
 from runner.executor import Slot
 from runner.history import History
@@ -50,6 +50,7 @@ class Prepared:
     exporter: SourceExporter
     inputs: SessionInputs
     slots: list[Slot] = field(default_factory=list)
+    skip: frozenset[str] = frozenset()  # --skip: full SHAs of pypto and simpler commits
     tool_version: str = __version__
     warnings: list[str] = field(default_factory=list)  # said once, at the start of `run`
 
@@ -339,6 +340,7 @@ def prepare(settings: Settings) -> Prepared:
         extra_args=list(settings.extra_args),
         settings_digest=session_digest(settings, lib_digest, content),
     )
+    exporter = SourceExporter(pypto_path, cache_root, extra)
     return Prepared(
         settings=settings,
         history=history,
@@ -355,11 +357,32 @@ def prepare(settings: Settings) -> Prepared:
         lib_digest=lib_digest,
         content=content,
         cache_root=cache_root,
-        exporter=SourceExporter(pypto_path, cache_root, extra),
+        exporter=exporter,
         inputs=inputs,
         slots=slots,
+        skip=_skipped(settings, history, exporter),
         warnings=[*_unrelated_clones(history, (good, bad), extra), *_unused_settings(settings)],
     )
+
+
+def _skipped(settings: Settings, history: History, exporter: SourceExporter) -> frozenset[str]:
+    """--skip revisions as full SHAs: pypto's first, else its simpler submodule's."""
+    shas = set()
+    for rev in settings.skip:
+        try:
+            shas.add(history.resolve(rev))
+            continue
+        except BadInput:
+            pass
+        try:
+            simpler = History(exporter.submodule_git_dir(settings.submodule_path))
+            shas.add(simpler.resolve(rev))
+        except BisectError:
+            raise BadInput(
+                f"--skip {rev}: no such commit in pypto or in its {settings.submodule_path} "
+                "submodule"
+            ) from None
+    return frozenset(shas)
 
 
 def device_slots(settings: Settings, cores: int | None = None) -> list[Slot]:

@@ -669,12 +669,12 @@ class RayExecutor(Executor):
             if isinstance(cause, BisectError | OSError):
                 raise cause from None
             raise InfrastructureError(
-                f"{what} failed on its Ray node: {_first_line(exc)}; not a verdict, it is retried"
+                f"{what} failed on its Ray node: {_first_line(exc)}; not a verdict"
             ) from None
         except ray.exceptions.RayError as exc:
             raise InfrastructureError(
                 f"{what} lost its Ray node or worker ({type(exc).__name__}) after "
-                f"{TASK_RETRIES} retries; not a verdict, it is retried"
+                f"{TASK_RETRIES} retries; not a verdict"
             ) from None
         finally:
             with self._lock:

@@ -30,7 +30,7 @@ from filelock import FileLock, Timeout
 
 from runner.config import DEFAULT_BUILD_COMMAND, PEP517_FRONTEND_PATH
 from runner.containers import ContainerSpec, Mount
-from runner.errors import InfrastructureError
+from runner.errors import BuildTimedOut, InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, keep_explicit, run_container
 from runner.sources import ExportResult
 
@@ -771,10 +771,10 @@ def _build(
             why = "ran out of disk space"
         else:
             why = "was killed (out of memory?)"
-        raise InfrastructureError(
-            f"the {package} build of {commit[:12]} {why}; not a verdict, it is retried "
-            f"(log: {kept_log})"
-        )
+        text = f"the {package} build of {commit[:12]} {why}; not a verdict (log: {kept_log})"
+        if result.timed_out:
+            raise BuildTimedOut(text, package, commit)
+        raise InfrastructureError(text)
 
     wheels = sorted(out.glob("*.whl"))
     counts = ccache_counts(out / Path(_STATS_LOG).name)

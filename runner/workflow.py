@@ -183,6 +183,7 @@ def docker_tester(
             prepared.client, settings.base_image, settings.device, prepared.base_image_id
         ),
         prefetch=settings.prefetch,
+        skip=prepared.skip,
     )
 
 
@@ -429,6 +430,15 @@ def run_bisect(
                     f"{len(again)} skips for sources the checkout lacked are tested again: "
                     "it holds them now"
                 )
+            # A commit taken out with --skip before and not now is tested like any other.
+            unskipped = [
+                a.run_id
+                for a in ledger.document.user_skips()
+                if prepared.skip.isdisjoint((a.pypto_sha, a.simpler_sha))
+            ]
+            ledger.supersede(unskipped)
+            if unskipped and events is not None:
+                events.note(f"{len(unskipped)} commits skipped by an earlier --skip are tested")
             outcome = session.run()
         except BaseException as exc:
             tester.close(cancel=True)

@@ -127,6 +127,7 @@ ROWS: dict[str, tuple[str, str, object]] = {
         {"3rdparty/x": Path("/m/x")},
     ),
     "omit_submodules": ('["3rdparty/a"]', 'omit_submodules = ["3rdparty/a"]', ["3rdparty/a"]),
+    "skip": ('["v1.0", "abc1234"]', 'skip = ["v1.0", "abc1234"]', ["v1.0", "abc1234"]),
     "timeout": ("12.5", "timeout = 12.5", 12.5),
     "build_timeout": ("99", "build_timeout = 99", 99.0),
     "infra_retries": ("7", "infra_retries = 7", 7),

@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from runner.execute import LABEL, OWNER_LABEL
-from runner.sample.histories import SampleSpec, git
+from runner.sample.histories import SampleSpec, git, make_sample
 from tests.fixtures.cli import BASE_IMAGE, cli, rebuilt, run_args
 from tests.fixtures.samples import SMALL, checkout_state
 
@@ -654,3 +654,51 @@ def test_status_of_a_simpler_level_left_with_candidates_says_it_is_inconclusive(
     assert status.json()["state"] == (
         "finished: source simpler, no single simpler commit (inconclusive: exit 1)"
     )
+
+
+def test_a_build_that_hangs_stops_with_what_to_do_and_skip_takes_it_out(
+    shared_cache: Path, tmp_path: Path
+) -> None:
+    """A timeout is never a verdict, so a build that always hangs stops every run (exit 4): the
+    message says to raise --build-timeout or to --skip the commit, which then is untestable."""
+    sample = make_sample(tmp_path / "sample", SampleSpec(**SMALL, bumps=()))  # all good
+    pypto = sample.pypto
+    (pypto / "setup.py").write_text("import time\n\ntime.sleep(600)\n")
+    git(pypto, "add", "setup.py")
+    git(pypto, "commit", "-q", "-m", "build: a setup.py that never returns")
+    hangs = git(pypto, "rev-parse", "HEAD")
+    (pypto / "setup.py").unlink()
+    module = pypto / "pypto" / "__init__.py"
+    module.write_text(module.read_text().replace("FACTOR = 1.0", "FACTOR = 1.001"))
+    git(pypto, "commit", "-qam", "build: drop setup.py; scale the mean")
+    workdir = tmp_path / "work"
+    args = run_args(sample, workdir, shared_cache, "--build-timeout", "5", "--infra-retries", "1")
+    args[args.index("--good") + 1] = sample.pypto_shas[-1]
+
+    stopped = cli(*args, "--json")
+
+    assert stopped.returncode == 4, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert f"the pypto build of {hangs[:12]} timed out after 5s" in last, last
+    assert "raise --build-timeout" in last and f"--skip {hangs[:12]}" in last, last
+    assert "it is retried" not in last
+
+    skipped = cli(*args, "--skip", hangs[:10], "--json")
+
+    assert skipped.returncode == 1, skipped.stderr
+    assert skipped.json()["pypto"]["candidates"] == [hangs, git(pypto, "rev-parse", "HEAD")]
+    ledger = json.loads((workdir / "ledger.json").read_text())
+    [taken] = [a for a in ledger["attempts"] if a["pypto_sha"] == hangs]
+    assert taken["verdict"] == "skip" and taken["reason"].startswith("skipped by --skip")
+    assert not taken["builds"], "a skipped commit is never built"
+    assert any(
+        note.startswith("1 pypto candidate could not be tested: skipped by --skip")
+        for note in skipped.json()["notes"]
+    )
+
+    # Without --skip the commit is tried again (and hangs again).
+    again = cli(*args, "--json")
+
+    assert again.returncode == 4, again.stderr
+    superseded = json.loads((workdir / "ledger.json").read_text())["superseded"]
+    assert taken["run_id"] in superseded

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from runner.config import Settings
 from runner.errors import BadInput, SourceUnavailable
 from runner.history import History, pointer_states
-from runner.prepare import _unrelated_clones
+from runner.prepare import _skipped, _unrelated_clones
 from runner.sample.histories import (
     ISA_PATH,
     LIBBACKTRACE_PATH,
@@ -544,3 +545,19 @@ def test_check_says_which_omitted_paths_the_commit_has(
     skip = [LIBBACKTRACE_PATH, NESTED_ISA, "3rdparty/nosuch"]
     exporter.check("HEAD", skip=skip, omitted=seen)
     assert seen == {LIBBACKTRACE_PATH, NESTED_ISA}
+
+
+def test_skip_takes_pypto_revisions_and_simpler_commits_and_names_what_it_cannot_find(
+    sample: Sample, exporter: SourceExporter
+) -> None:
+    history = History(sample.pypto)
+    simpler = sample.simpler_shas[2]
+    settings = Settings(skip=["HEAD~1", simpler[:10]])
+
+    assert _skipped(settings, history, exporter) == {sample.pypto_shas[-2], simpler}
+
+    with pytest.raises(BadInput) as raised:
+        _skipped(Settings(skip=["no-such-rev"]), history, exporter)
+    assert str(raised.value) == (
+        "--skip no-such-rev: no such commit in pypto or in its runtime submodule"
+    )
