@@ -100,6 +100,8 @@ NATIVE_BUILD_TOOLS = frozenset(
 scikit-build-core)."""
 CXX_COMPILERS = frozenset({"g++", "c++", "clang++"})
 
+UNDATED = "the index gives no upload times"
+
 
 def _requirement_name(requirement: str) -> str:
     try:
@@ -588,7 +590,7 @@ def _choose(
     dated = [r for r in releases if r.uploaded is not None]
     if not by_date or not dated:
         if by_date:
-            notes.append(f"{name}: newest available (the index gives no upload times)")
+            notes.append(f"{name}: newest available ({UNDATED})")
         newest = releases[-1].version
         return f"{name}{_extras(name, newest, requirement.extras)}=={newest}"
     before = [r for r in dated if r.uploaded is not None and r.uploaded <= when]
@@ -784,7 +786,16 @@ class Provisioner:
 
     def _pip_download(self, resolution: Resolution, dest: Path, where: str) -> None:
         if self.echo:
-            self.echo(f"downloading build tools for {where}: {' '.join(resolution.pins)}")
+            undated = any(UNDATED in note for note in resolution.notes)
+            self.echo(
+                f"downloading build tools for {where}: {' '.join(resolution.pins)}"
+                + (
+                    f" (the newest there are: {UNDATED}, so the commit's date cannot pick them; "
+                    "--build-pin older ones if its build fails)"
+                    if undated
+                    else ""
+                )
+            )
         command = [
             sys.executable,
             "-m",

@@ -617,3 +617,23 @@ def test_a_submodule_path_naming_a_library_that_is_no_python_project_is_bad_inpu
     assert line.startswith("error: the submodule at 3rdparty/libbacktrace (")
     assert "is not simpler's Python project" in line
     assert not (tmp_path / "work" / "ledger.json").exists(), "nothing tested: no ledger kept"
+
+
+@pytest.mark.docker
+def test_build_tools_from_a_wheelhouse_without_dates_say_the_date_rule_could_not_apply(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    said: list[str] = []
+    provisioner = Provisioner(
+        docker_client,
+        base_image_id=docker_client.images.get(base_image).id,
+        cache_root=tmp_path,
+        sources=PackageSources(wheelhouse=wheelhouse),
+        echo=said.append,
+    )
+    resolution = provisioner.resolve("pypto", "a" * 40, SKBUILD_OLD, when("2024-01-04"))
+
+    provisioner.download(resolution, "pypto aaaaaaaaaaaa")
+
+    [line] = [s for s in said if s.startswith("downloading build tools for pypto aaaaaaaaaaaa")]
+    assert "the index gives no upload times" in line and "--build-pin" in line, line
