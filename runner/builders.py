@@ -99,6 +99,8 @@ NATIVE_BUILD_TOOLS = frozenset(
 """Build requirements that mean the commit compiles C or C++ (pypto and simpler: nanobind and
 scikit-build-core)."""
 CXX_COMPILERS = frozenset({"g++", "c++", "clang++"})
+CMAKE_BACKENDS = frozenset({"scikit-build-core", "scikit-build"})
+"""Build backends that run cmake (from the image, else the PyPI wheel they ask for)."""
 
 UNDATED = "the index gives no upload times"
 
@@ -702,9 +704,13 @@ class Provisioner:
                 "CANN image, or install a compiler in the base image (build-essential)"
             )
 
-    def extras(self) -> list[str]:
-        """What the backend needs besides the declared requirements, when the base lacks it."""
+    def extras(self, declared: Iterable[str] = ()) -> list[str]:
+        """What the backend needs besides the `declared` requirements, when the base lacks it:
+        a CMake backend's cmake too, as its get_requires_for_build_wheel would ask pip for."""
         wanted = []
+        names = {_requirement_name(r) for r in declared}
+        if names & CMAKE_BACKENDS and "cmake" not in self.traits.tools | names:
+            wanted.append("cmake")
         if "ninja" not in self.traits.tools:
             wanted.append("ninja")
         if "ccache" not in self.traits.tools:
@@ -717,8 +723,9 @@ class Provisioner:
         self, package: str, commit: str, pyproject: str | None, when: datetime
     ) -> Resolution:
         where = f"{package} {commit[:12]}"
+        requires = build_requires(pyproject, where)
         return resolve(
-            build_requires(pyproject, where),
+            requires,
             where=where,
             when=when,
             sources=self.sources,
@@ -726,7 +733,7 @@ class Provisioner:
             package=package,
             commit=commit,
             by_date=self.by_date,
-            extras=self.extras(),
+            extras=self.extras(requires),
             markers=self.traits.markers(),
         )
 

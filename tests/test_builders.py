@@ -8,6 +8,8 @@ and ccache in builder images made from the compiler-only base image.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -637,3 +639,21 @@ def test_build_tools_from_a_wheelhouse_without_dates_say_the_date_rule_could_not
 
     [line] = [s for s in said if s.startswith("downloading build tools for pypto aaaaaaaaaaaa")]
     assert "the index gives no upload times" in line and "--build-pin" in line, line
+
+
+@pytest.mark.docker
+def test_a_cmake_backend_on_a_base_without_cmake_gets_the_cmake_wheel(
+    provisioner: Provisioner,
+) -> None:
+    """pip would install what scikit-build-core's get_requires_for_build_wheel asks for; the
+    backend called directly needs it among the builder's tools."""
+    assert "cmake" in provisioner.traits.tools  # the test base has one: nothing to add
+    assert "cmake" not in provisioner.extras(["scikit-build-core>=0.10"])
+    without = copy.copy(provisioner)
+    without.traits = dataclasses.replace(
+        provisioner.traits, tools=provisioner.traits.tools - {"cmake"}
+    )
+
+    assert "cmake" in without.extras(["scikit-build-core>=0.10", "nanobind"])
+    assert "cmake" not in without.extras(["scikit-build-core", "cmake>=3.20"])  # declared
+    assert "cmake" not in without.extras(["setuptools"])  # nothing runs cmake
