@@ -487,17 +487,29 @@ def _infrastructure(exc: OSError, doing: str) -> InfrastructureError:
 _PIP_NOISE = re.compile(
     r"^(error: (subprocess-exited-with-error|metadata-generation-failed)"
     r"|ERROR: Failed (building wheel|to build)|note: |hint: |[\u00d7\u2570\u2502]"
-    r"|.*finished with status 'error'$)",
+    r"|.*finished with status 'error'$|-- Configuring incomplete, errors occurred)",
     re.IGNORECASE,
 )
 
 
 def last_error_line(output: str) -> str:
-    """The line a human would look for first: the last specific error, not pip's epilogue."""
+    """The line a human would look for first: the last specific error, not pip's epilogue.
+
+    CMake writes where (`CMake Error at CMakeLists.txt:7 (find_package):`) and what (indented
+    below it) on separate lines: the reason joins them.
+    """
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if re.search("error", line, re.IGNORECASE) and not _PIP_NOISE.match(line):
-            return line[:300]
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if not re.search("error", line, re.IGNORECASE) or _PIP_NOISE.match(line):
+            continue
+        if line.startswith("CMake Error") and line.endswith(":") and index + 1 < len(lines):
+            return f"{line} {lines[index + 1]}"[:300]
+        above = lines[max(0, index - 5) : index]
+        header = next((h for h in reversed(above) if h.startswith("CMake Error")), None)
+        if header is not None and header.endswith(":"):
+            return f"{header} {line}"[:300]
+        return line[:300]
     return lines[-1][:300] if lines else "no output"
 
 

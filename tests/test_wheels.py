@@ -406,6 +406,36 @@ def test_the_reason_names_the_real_error_not_pips_epilogue() -> None:
     assert last_error_line("just one line\n") == "just one line"
 
 
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        (
+            """
+            CMake Error at CMakeLists.txt:7:
+              Parse error.  Function missing ending ")".  Instead found left paren
+              with text "(".
+
+            -- Configuring incomplete, errors occurred!
+            *** CMake configuration failed
+            """,
+            'CMake Error at CMakeLists.txt:7: Parse error.  Function missing ending ")".  '
+            "Instead found left paren",
+        ),
+        (
+            """
+            CMake Error at CMakeLists.txt:3 (find_package):
+              Could not find a package configuration file provided by "nanobind".
+            -- Configuring incomplete, errors occurred!
+            """,
+            "CMake Error at CMakeLists.txt:3 (find_package): Could not find a package "
+            'configuration file provided by "nanobind".',
+        ),
+    ],
+)
+def test_a_cmake_error_reads_with_its_location_and_message(output: str, reason: str) -> None:
+    assert last_error_line(textwrap.dedent(output)) == reason
+
+
 def test_the_key_ignores_cpus_and_timeout_but_not_the_environment() -> None:
     settings = BuildSettings(base_image="base:tag", base_image_id="sha256:" + "1" * 64)
     cache = WheelCache(Path("/nonexistent"))
