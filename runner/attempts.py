@@ -7,6 +7,7 @@ nothing about the bisect, it only answers "what does this (pypto, simpler) pair 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import statistics
 import threading
 import time
@@ -655,6 +656,11 @@ class DockerTester:
                 record.verdict = Verdict.SKIP
                 record.reason = f"build failed: {name} ({wheel.reason or 'see the build log'})"
                 record.log_path = str(wheel.log_path)
+                # Beside the attempt, where the report points: the cache's copy may be pruned.
+                kept = artifacts / f"build-{name}.log"
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(wheel.log_path, kept)
+                    record.log_path = str(kept)
                 return
 
         self.phase("run")

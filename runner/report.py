@@ -371,19 +371,23 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
     if outcome.simpler is not None and outcome.simpler.found is None:
         suspects["simpler"] = set(outcome.simpler.suspects)
     reasons: dict[str, dict[str, set[str]]] = {}
+    logs: dict[str, str] = {}  # reason -> the log of its latest attempt
     for attempt in doc.counted():
         if attempt.verdict is not Verdict.SKIP:
             continue
         tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha
         if tested in suspects.get(attempt.level, ()):
-            why = reasons.setdefault(attempt.reason or "no reason recorded", {})
-            why.setdefault(attempt.level, set()).add(str(tested))
+            reason = attempt.reason or "no reason recorded"
+            reasons.setdefault(reason, {}).setdefault(attempt.level, set()).add(str(tested))
+            if attempt.log_path:
+                logs[reason] = attempt.log_path
     ranked = sorted(reasons.items(), key=lambda item: -sum(map(len, item[1].values())))
     notes = []
     for reason, levels in ranked[:3]:
         counts = " and ".join(f"{len(levels[level])} {level}" for level in sorted(levels))
         plural = "s" if sum(map(len, levels.values())) > 1 else ""
-        notes.append(f"{counts} candidate{plural} could not be tested: {reason}")
+        log = f" (log: {logs[reason]})" if reason in logs else ""
+        notes.append(f"{counts} candidate{plural} could not be tested: {reason}{log}")
     return notes
 
 

@@ -145,7 +145,7 @@ def test_a_culprit_whose_code_half_regresses_stays_in_pypto(sample_factory, bise
 
 
 def test_a_broken_build_stretch_next_to_the_culprit_is_inconclusive_with_the_range(
-    sample_factory, bisect
+    sample_factory, bisect, tmp_path
 ):
     sample = sample_factory(BROKEN_STRETCH)
 
@@ -158,6 +158,14 @@ def test_a_broken_build_stretch_next_to_the_culprit_is_inconclusive_with_the_ran
     assert report["pypto"]["candidates"] == sample.pypto_shas[3:6]
     skipped = [s for s in report["steps"] if s["verdict"] == "skip"]
     assert skipped and all("build failed" in s["reason"] for s in skipped)
+    # Each failed build's log is kept beside its attempt (the cache's copy may be pruned), and
+    # the note on the untested candidates points at one.
+    runs = tmp_path / "work" / "runs"
+    for step in skipped:
+        log = Path(step["log"])
+        assert log.parent.parent == runs and log.name.startswith("build-") and log.stat().st_size
+    [note] = [n for n in report["notes"] if "could not be tested: build failed" in n]
+    assert f"(log: {runs}" in note
 
 
 def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect, tmp_path):
