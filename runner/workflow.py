@@ -7,10 +7,12 @@ gathered in `findings.py`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -146,11 +148,13 @@ def docker_tester(
     echo: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
     note: Callable[[str], None] | None = None,
+    wheels: Path | None = None,
 ) -> DockerTester:
     """`echo` streams logs (--verbose); `warn` and `note` say what the user should see anyway
-    (a card leaving the pool; build tools being downloaded, a builder image being built)."""
+    (a card leaving the pool; build tools being downloaded, a builder image being built);
+    `wheels`: a wheel cache of its own instead of the shared one."""
     settings = prepared.settings
-    cache = WheelCache(prepared.cache_root / "wheels", lease=True)
+    cache = WheelCache(wheels or prepared.cache_root / "wheels", lease=True)
     cache.sweep_leftovers()
     return DockerTester(
         make_executor(prepared, cache, echo, warn),
@@ -681,10 +685,15 @@ def reproduce(
     repro_ledger = repro_dir / LEDGER_NAME
     # Reproductions of another session's inputs are kept as a backup, like --new-session does.
     other = repro_ledger.exists() and Ledger.read(repro_ledger).inputs != prepared.inputs
-    with Ledger.open(
-        repro_ledger, prepared.inputs, tool_version=__version__, new_session=other
-    ) as ledger:
-        tester = docker_tester(prepared, ledger, repro_dir, echo=echo)
+    with contextlib.ExitStack() as stack:
+        ledger = stack.enter_context(
+            Ledger.open(repro_ledger, prepared.inputs, tool_version=__version__, new_session=other)
+        )
+        wheels = None
+        if original.verdict is Verdict.SKIP and original.reason.startswith("build failed"):
+            # The verdict is the build itself: build again, not the cache's recorded failure.
+            wheels = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=repro_dir)))
+        tester = docker_tester(prepared, ledger, repro_dir, echo=echo, wheels=wheels)
         try:
             again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
         finally:

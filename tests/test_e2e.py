@@ -166,6 +166,11 @@ def test_a_broken_build_stretch_next_to_the_culprit_is_inconclusive_with_the_ran
         assert log.parent.parent == runs and log.name.startswith("build-") and log.stat().st_size
     [note] = [n for n in report["notes"] if "could not be tested: build failed" in n]
     assert f"(log: {runs}" in note
+    # Reproducing a build failure builds again: the cache's recorded failure proves nothing.
+    again = cli("reproduce", "--workdir", str(tmp_path / "work"), skipped[0]["run_id"])
+    assert again.returncode == 0 and "the verdict reproduces" in again.stdout, again.stderr
+    rebuilt = json.loads((tmp_path / "work" / "reproductions" / "ledger.json").read_text())
+    assert "failed" in rebuilt["attempts"][-1]["builds"].values(), rebuilt["attempts"][-1]
 
 
 def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect, tmp_path):
