@@ -506,9 +506,13 @@ class DockerTester:
             builders["simpler"] = None
         if self.toolchains is not None:
             with self._git.turn(speculative):
-                builders["pypto"] = self.toolchains.builder("pypto", pypto, None)
+                # A guess's builders say nothing of what the test under way waits for.
+                show = not speculative
+                builders["pypto"] = self.toolchains.builder("pypto", pypto, None, show=show)
                 if simpler is not None:
-                    builders["simpler"] = self.toolchains.builder("simpler", simpler, pypto)
+                    builders["simpler"] = self.toolchains.builder(
+                        "simpler", simpler, pypto, show=show
+                    )
         return builders
 
     def _wheels(

@@ -63,9 +63,13 @@ class Toolchains:
             "--submodule-path the path of the runtime submodule"
         )
 
-    def builder(self, package: str, commit: str, at: str | None = None) -> Builder:
+    def builder(
+        self, package: str, commit: str, at: str | None = None, *, show: bool = True
+    ) -> Builder:
+        """`show`: name it as the phase (not for builds ahead, which nothing waits for)."""
         resolution = self.resolution(package, commit, at)
-        self.phase(f"builder for {package} {commit[:12]}")
+        if show:
+            self.phase(f"builder for {package} {commit[:12]}")
         return self.provisioner.builder(resolution, f"{package} {commit[:12]}")
 
     def plan(

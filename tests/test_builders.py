@@ -40,6 +40,8 @@ from runner.errors import BadInput
 from runner.execute import LABEL, ExampleRun, example_container, run_container
 from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
+from runner.sources import SourceExporter
+from runner.toolchains import Toolchains
 from runner.wheels import BuildSettings, WheelCache, build_wheel
 from tests.fixtures.cli import cli, run_args
 from tests.fixtures.samples import SMALL
@@ -657,3 +659,19 @@ def test_a_cmake_backend_on_a_base_without_cmake_gets_the_cmake_wheel(
     assert "cmake" in without.extras(["scikit-build-core>=0.10", "nanobind"])
     assert "cmake" not in without.extras(["scikit-build-core", "cmake>=3.20"])  # declared
     assert "cmake" not in without.extras(["setuptools"])  # nothing runs cmake
+
+
+@pytest.mark.docker
+def test_only_a_builder_a_test_waits_for_names_the_progress_phase(
+    provisioner: Provisioner, sample, tmp_path: Path
+) -> None:
+    phases: list[str] = []
+    toolchains = Toolchains(
+        SourceExporter(sample.pypto, tmp_path / "cache"), provisioner, phase=phases.append
+    )
+    commit = sample.pypto_shas[-1]
+
+    toolchains.builder("pypto", commit, show=False)  # a guess, built ahead
+    assert phases == []
+    toolchains.builder("pypto", commit)
+    assert phases == [f"builder for pypto {commit[:12]}"]
