@@ -691,12 +691,18 @@ def build_markdown(
     rate = stats["ccache"]["hit_rate"]
     lines += [
         "",
-        f"{stats['tests']} tests in {stats['rounds']} rounds, builds: pypto "
-        f"{stats['builds']['pypto']}, simpler {stats['builds']['simpler']}"
-        + (
-            f" ({sum(stats['builds_ahead'].values())} built ahead)"
-            if any(stats["builds_ahead"].values())
-            else ""
+        f"{stats['tests']} tests in {stats['rounds']} rounds, builds: "
+        + ", ".join(
+            f"{package} {count}"
+            + (
+                f" ({stats['builds_ahead'][package]} ahead)"
+                if stats["builds_ahead"].get(package)
+                else ""
+            )
+            for package, count in (
+                ("pypto", stats["builds"]["pypto"]),
+                ("simpler", stats["builds"]["simpler"]),
+            )
         )
         + f", cache hits {stats['cache_hits']}, "
         + (f"ccache hit rate {rate:.0%}, " if rate is not None else "")

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from runner.cli import _status_data
 from runner.errors import SourceUnavailable
 from runner.history import History, pointer_states
-from runner.ledger import Attempt, LedgerDocument, Level, SessionInputs
+from runner.ledger import AheadBuild, Attempt, LedgerDocument, Level, SessionInputs
 from runner.report import ReportFacts, build_json, build_markdown
 from runner.sample.histories import Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
@@ -1034,3 +1034,20 @@ def test_a_bump_a_later_commit_undoes_is_flagged_with_where_to_start_again():
     assert note is not None and note.startswith(f"{'d' * 12}, later in the range, puts the pointer")
     assert note.endswith(f"run again with --good {'d' * 12} to find it")
     assert undone_later(later, pins.get, "9" * 40) is None
+
+
+def test_the_summary_counts_builds_ahead_with_their_package(sample_factory):
+    sample = sample_factory(stretch_spec(2))
+    outcome, tester = bisect(sample)
+    ahead = AheadBuild(
+        package="pypto",
+        commit=sample.pypto_shas[2],
+        ok=True,
+        seconds=1.0,
+        finished_at=datetime.now(timezone.utc),
+    )
+    doc = ledger_of(sample, tester).model_copy(update={"ahead": [ahead]})
+
+    markdown = build_markdown(doc, outcome, ReportFacts(), build_json(doc, outcome, ReportFacts()))
+
+    assert ", builds: pypto 1 (1 ahead), simpler 0, cache hits" in markdown
