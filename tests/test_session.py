@@ -114,6 +114,18 @@ def bisect(sample: Sample, good: int = 0, verify: bool = True, tester=None, **op
     return session.run(), tester
 
 
+def on_top(sample: Sample, clone: Path, tester: SpecTester, bad: str) -> Outcome:
+    """A session over the commits `clone` adds on top of the sample, from its last commit."""
+    return Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=sample.pypto_shas[-1],
+        bad=bad,
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    ).run()
+
+
 # The confidence search re-tests the boundary until the culprit reaches 95 %: on a deterministic
 # example that costs at most this many tests more than a plain bisection's worst case, the last
 # good commit's last pass included, which is also the drift check at the end (the drift re-runs
@@ -504,16 +516,7 @@ def test_a_culprit_that_changes_only_docs_is_flagged_as_possible_noise(sample_fa
                 return super().test(level, pypto, simpler)
             return self.record(level, pypto, simpler, Verdict.BAD)
 
-    tester = NoisyOnDocs(sample)
-    session = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=sample.pypto_shas[-1],
-        bad=docs_only,
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
-    )
-    outcome = session.run()
+    outcome = on_top(sample, clone, NoisyOnDocs(sample), docs_only)
 
     assert outcome.pypto.first_bad == docs_only
     assert any("changes no build input" in note for note in outcome.notes)
@@ -746,15 +749,7 @@ def test_a_commit_that_builds_nothing_new_inside_a_stretch_keeps_it_one_range(
         def truth(self, pypto, simpler):
             return super().truth(sample.pypto_shas[-1], simpler)
 
-    tester = BySimpler(sample)
-    outcome = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=sample.pypto_shas[-1],
-        bad=added[-1],
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
-    ).run()
+    outcome = on_top(sample, clone, BySimpler(sample), added[-1])
 
     assert outcome.pypto.first_bad == added[blamed]
     assert outcome.simpler_culprit == sample.simpler_shas[regression]
