@@ -360,20 +360,29 @@ def prepare(settings: Settings) -> Prepared:
         exporter=exporter,
         inputs=inputs,
         slots=slots,
-        skip=_skipped(settings, history, exporter),
+        skip=_skipped(settings, history, exporter, (good, bad)),
         warnings=[*_unrelated_clones(history, (good, bad), extra), *_unused_settings(settings)],
     )
 
 
-def _skipped(settings: Settings, history: History, exporter: SourceExporter) -> frozenset[str]:
-    """--skip revisions as full SHAs: pypto's first, else its simpler submodule's."""
+def _skipped(
+    settings: Settings, history: History, exporter: SourceExporter, ends: Sequence[str] = ()
+) -> frozenset[str]:
+    """--skip revisions as full SHAs: pypto's first, else its simpler submodule's. The range's
+    `ends` cannot be skipped: the bisect starts from their verdicts."""
     shas = set()
     for rev in settings.skip:
         try:
-            shas.add(history.resolve(rev))
-            continue
+            sha = history.resolve(rev)
         except BadInput:
             pass
+        else:
+            if sha in ends:
+                raise BadInput(
+                    f"--skip {rev}: {sha[:12]} is an end of the range; move --good or --bad instead"
+                )
+            shas.add(sha)
+            continue
         try:
             simpler = History(exporter.submodule_git_dir(settings.submodule_path))
             shas.add(simpler.resolve(rev))

@@ -561,3 +561,10 @@ def test_skip_takes_pypto_revisions_and_simpler_commits_and_names_what_it_cannot
     assert str(raised.value) == (
         "--skip no-such-rev: no such commit in pypto or in its runtime submodule"
     )
+    with pytest.raises(BadInput, match="is an end of the range; move --good or --bad"):
+        _skipped(
+            Settings(skip=["HEAD"]),
+            history,
+            exporter,
+            (sample.pypto_shas[0], sample.pypto_shas[-1]),
+        )
