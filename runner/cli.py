@@ -923,6 +923,7 @@ def cache_ls(
             "last_used": e.last_used.isoformat(),
             "reason": e.reason,
             "key": e.key,
+            "builder": e.builder,  # one commit built by two builders is two entries
         }
         for e in entries
     ]
@@ -931,9 +932,10 @@ def cache_ls(
         return
     for row in rows:
         state = "wheel " if row["ok"] else "FAILED"
+        builder = (row["builder"] or "").removeprefix("sha256:")[:12] or "-"
         OUT.print(
             f"{row['package']:8} {row['commit'][:12]} {state} {row['size'] / 1e6:8.2f} MB "
-            f"{row['last_used'][:19]} {row['reason']}"
+            f"{row['last_used'][:19]} builder {builder:12} {row['reason']}"
         )
     OUT.print(f"{len(rows)} entries, {sum(r['size'] for r in rows) / 1e6:.2f} MB in {cache.root}")
 

@@ -375,6 +375,10 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert "the verdict reproduces" in again.stdout
     cached = cli("cache", "ls", "--cache-dir", str(shared_cache), "--json").json()
     assert {"pypto", "simpler"} <= {entry["package"] for entry in cached}
+    # One commit built by two builders is two entries: the builder tells them apart.
+    assert all(entry["builder"].startswith("sha256:") for entry in cached)
+    shown = cli("cache", "ls", "--cache-dir", str(shared_cache)).stdout
+    assert f"builder {cached[0]['builder'][7:19]}" in shown
 
     status = cli("status", "--workdir", str(workdir), "--json")
     assert status.returncode == 0, status.stderr
