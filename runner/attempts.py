@@ -715,8 +715,10 @@ def _stopping(reasons: Sequence[str], last: InfrastructureError, request: Reques
     count = len(reasons)
     if isinstance(last, BuildTimedOut) and all("timed out" in r for r in reasons):
         return (
-            f"{last} ({count} time{'s' if count > 1 else ''} in a row; nothing recorded): raise "
-            f"--build-timeout if builds are only slow here, or, if this commit's build hangs, run "
+            f"the {last.package} build of {last.commit[:12]} timed out after {last.seconds:g}s "
+            f"{'twice' if count == 2 else f'{count} times' if count > 2 else 'once'}"
+            f"{' in a row' if count > 1 else ''}, nothing recorded (log: {last.log}): raise "
+            "--build-timeout if builds are only slow here, or, if this commit's build hangs, run "
             f"again with --skip {last.commit[:12]} to take it as untestable"
         )
     failures = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"

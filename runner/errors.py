@@ -30,13 +30,15 @@ class InfrastructureError(BisectError):
 class BuildTimedOut(InfrastructureError):
     """A wheel build ran past --build-timeout: a slow host, or a build that hangs."""
 
-    def __init__(self, message: str, package: str, commit: str) -> None:
+    def __init__(self, message: str, package: str, commit: str, seconds: float, log: str) -> None:
         super().__init__(message)
         self.package = package
         self.commit = commit
+        self.seconds = seconds
+        self.log = log
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # (a Ray task raises it)
-        return type(self), (str(self), self.package, self.commit)
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, float, str]]:  # a Ray task's
+        return type(self), (str(self), self.package, self.commit, self.seconds, self.log)
 
 
 class LedgerError(BisectError):

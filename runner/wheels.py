@@ -785,7 +785,7 @@ def _build(
             why = "was killed (out of memory?)"
         text = f"the {package} build of {commit[:12]} {why}; not a verdict (log: {kept_log})"
         if result.timed_out:
-            raise BuildTimedOut(text, package, commit)
+            raise BuildTimedOut(text, package, commit, settings.timeout or 0.0, str(kept_log))
         raise InfrastructureError(text)
 
     wheels = sorted(out.glob("*.whl"))
