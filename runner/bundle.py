@@ -123,6 +123,10 @@ def export_attempt(
         prepared = _prepared_from_snapshot(settings, workdir, inputs.settings_digest)
     client = prepared.client
     image = _test_image(client, attempt, prepared.base_image_id)
+    recorded_image = attempt.image_id
+    # What the bundle runs and says: the image it saves (an equal one `reproduce` layered again,
+    # when the recorded one is gone) and the verdict as the session's limits judge it.
+    attempt = judged(attempt, settings.tolerance()).model_copy(update={"image_id": image.id})
 
     created = not destination.exists()
     destination.mkdir(parents=True, exist_ok=True)
@@ -166,7 +170,10 @@ def export_attempt(
         )
         _write_json(
             destination / "bundle.json",
-            _bundle_facts(attempt, run.patterns, run, settings.tolerance() or Tolerance()),
+            {
+                **_bundle_facts(attempt, run.patterns, run, settings.tolerance() or Tolerance()),
+                **({"recorded_image_id": recorded_image} if recorded_image != image.id else {}),
+            },
         )
         run_sh = destination / "run.sh"
         run_sh.write_text(_run_script(attempt, spec, run.timeout, run.python))

@@ -296,3 +296,32 @@ def test_an_attempt_whose_image_and_wheels_were_removed_is_exported_after_reprod
     assert exported.returncode == 0, exported.stderr
     environment = json.loads((tmp_path / "bundle" / "environment.json").read_text())
     assert environment["test_image_id"] != entry["image_id"]
+    # The bundle runs the image it saved, and says which one the session recorded.
+    facts = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
+    assert facts["image_id"] == environment["test_image_id"]
+    assert facts["recorded_image_id"] == entry["image_id"]
+    assert entry["image_id"] not in (tmp_path / "bundle" / "run.sh").read_text()
+    ran = run_bundle(tmp_path / "bundle")
+    assert ran.returncode == 0 and "the verdict reproduces" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_a_bundle_states_the_verdict_the_sessions_limits_gave(sample_factory, bisect, tmp_path):
+    """Under --max-abs-diff the known-bad commit's mismatch is within the limit: good, though
+    the example printed a failure. The bundle and the export line say good, as the session did."""
+    sample = sample_factory(EXPORTED)
+    workdir = tmp_path / "work"
+    stopped = bisect(sample, "--max-abs-diff", "0.01", workdir=workdir)
+    assert stopped.returncode == 3, stopped.stderr  # the known-bad end passes under the limit
+    ledger = json.loads((workdir / "ledger.json").read_text())
+    bad_end = next(a for a in ledger["attempts"] if a["pypto_sha"] == sample.pypto_shas[-1])
+    assert bad_end["verdict"] == "bad"  # as the example said; the limits judge it good
+
+    exported = cli(
+        "export", bad_end["run_id"], "--workdir", str(workdir), "--to", str(tmp_path / "b")
+    )
+
+    assert exported.returncode == 0, exported.stderr
+    assert f"exported {bad_end['run_id']} (good " in exported.stdout
+    readme = (tmp_path / "b" / "README.md").read_text()
+    assert "- verdict: **good**" in readme
+    assert json.loads((tmp_path / "b" / "bundle.json").read_text())["recorded"]["verdict"] == "good"
