@@ -638,12 +638,13 @@ def status(
     if json_out:
         OUT.print_json(data=data)
         return
-    for level in data["levels"]:
+    # Stopped at an endpoint, nothing was bisected: its range says nothing.
+    for level in data["levels"] if data["endpoint_failure"] is None else []:
         left, steps = level["remaining"], level["steps_left"]
         about = f"about {steps} step{'s' if steps != 1 else ''} left"
         if level.get("likeliest") is not None:
             # The confidence search: a flaky record has no plain good/bad bounds to show.
-            held = level["suspects"]
+            held = level["holding_99"]
             OUT.print(
                 f"{level['level']} level: likeliest first bad {level['likeliest'][:12]} "
                 f"({level['probability']:.0%}); {held} "
@@ -707,6 +708,8 @@ def _status_data(state: Any, running: bool = False) -> dict:
                 # search's likeliest candidates are in `suspects`).
                 "remaining": max(1, hi - lo),
                 "suspects": len(result.suspects),
+                # How many of the likeliest it takes to hold 99 % of the probability.
+                "holding_99": len(result.belief.ranked()) if result.belief else None,
                 "tests": sum(1 for i in result.verdicts if 0 < i < len(result.candidates) - 1),
                 "steps_left": result.steps_left,
                 "done": result.done,
@@ -721,6 +724,11 @@ def _status_data(state: Any, running: bool = False) -> dict:
             f"stopped before the end (no run holds the workdir): next {outcome.pending}; "
             "rerun the same command to resume"
         )
+    elif outcome.drift:
+        text = (
+            f"finished, not trusted: the environment drifted ({' and '.join(outcome.drift)} "
+            "failed when re-run at the end; exit 3)"
+        )
     else:
         text = f"finished: source {outcome.source}"
         if outcome.exit_code == 1 and outcome.source != "inconclusive":
@@ -729,6 +737,10 @@ def _status_data(state: Any, running: bool = False) -> dict:
     return {
         "state": text,
         "finished": outcome.pending is None and state.endpoint_failure is None,
+        "endpoint_failure": None
+        if state.endpoint_failure is None
+        else state.endpoint_failure.which,
+        "drift": list(outcome.drift),
         "source": outcome.source if outcome.pending is None else None,
         "levels": levels,
         "attempts": len(attempts),

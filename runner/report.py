@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -421,9 +421,14 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
     if outcome.drift:
         notes.append(
             "the environment drifted during the session: re-run at the end in their recorded "
-            f"images, {' and '.join(outcome.drift)} now fail; the culprit is not trusted"
+            f"images, {' and '.join(outcome.drift)} now {_fail(outcome.drift)}; the culprit is "
+            "not trusted"
         )
     return notes
+
+
+def _fail(drift: Sequence[str]) -> str:
+    return "fails" if len(drift) == 1 else "fail"
 
 
 def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dict[str, Any]:
@@ -499,7 +504,8 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
         culprit = (outcome.pypto.first_bad or "")[:12]
         return (
             f"Not trusted: the environment drifted during the session "
-            f"({' and '.join(outcome.drift)} now fail); the bisect pointed at pypto {culprit}."
+            f"({' and '.join(outcome.drift)} now {_fail(outcome.drift)}); the bisect pointed at "
+            f"pypto {culprit}."
         )
     if outcome.endpoint_failure is not None:
         return f"Stopped before bisecting: {outcome.endpoint_failure}."

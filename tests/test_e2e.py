@@ -188,6 +188,14 @@ def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect
     assert steps and {s["pypto"] for s in steps} == {sample.pypto_shas[6]}, (
         "nothing is bisected once an endpoint fails; only the endpoint is re-run"
     )
+    # status says so, and shows no range: nothing was bisected.
+    status = cli("status", "--workdir", str(tmp_path / "work"))
+    assert "stopped: the known-good endpoint did not reproduce" in status.stdout, status.stdout
+    assert "candidate" not in status.stdout
+    assert (
+        cli("status", "--workdir", str(tmp_path / "work"), "--json").json()["endpoint_failure"]
+        == "good"
+    )
 
 
 # HEAD pins simpler 1, from before simpler vendored pto-isa, so the checkout never fetched isa;

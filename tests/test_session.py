@@ -907,6 +907,14 @@ def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_f
     assert outcome.exit_code == 3
     replayed = replay_only(sample, tester.attempts)
     assert replayed.drift == outcome.drift and replayed.pending is None
+    state = SimpleNamespace(
+        outcome=outcome, endpoint_failure=None, document=ledger_of(sample, tester)
+    )
+    status = _status_data(state)
+    assert status["state"].startswith("finished, not trusted: the environment drifted (the ")
+    assert status["drift"] == outcome.drift
+    [pypto] = status["levels"]  # the culprit at 9x %: more than one candidate holds 99 %
+    assert pypto["holding_99"] == len(outcome.pypto.belief.ranked()) > 1
 
 
 def test_an_environment_that_breaks_mid_session_is_drift_even_without_a_culprit(sample_factory):
