@@ -84,7 +84,12 @@ def gather_facts(
             good_run is not None and bad_run is not None and good_run.pypto_sha == bad_run.pypto_sha
         )
         facts.triage = compare_generated(
-            _artifacts(good_run), _artifacts(bad_run), same_compiler=same
+            _artifacts(good_run),
+            _artifacts(bad_run),
+            same_compiler=same,
+            same_runtime=good_run is not None
+            and bad_run is not None
+            and good_run.simpler_sha == bad_run.simpler_sha,
         )
         package = "simpler" if simpler is not None and simpler.found is not None else "pypto"
         if identical_build(bad_run, good_run, package, facts.triage.status):

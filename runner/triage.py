@@ -23,6 +23,10 @@ IGNORED_SUFFIXES = frozenset({".o", ".so", ".a", ".bin"})
 _SEARCH_DEPTH = 5
 
 _IDENTICAL = "generated code is identical: pointing at the runtime (simpler) or the environment"
+_IDENTICAL_SAME_RUNTIME = (
+    "generated code is identical and both runs had the same runtime (simpler): pointing at the "
+    "environment or a flaky example"
+)
 _IDENTICAL_SAME_COMPILER = (
     "generated code is identical with the same pypto commit: the runtime (simpler) changed how "
     "it runs"
@@ -74,11 +78,13 @@ def compare_generated(
     *,
     subdirs: Sequence[str] = ("kernels", "ptoas", "orchestration"),
     same_compiler: bool = False,
+    same_runtime: bool = False,
 ) -> Triage:
     """Compare the generated sources of two runs (the last good and the first bad).
 
     ``same_compiler``: both runs used one pypto commit (the simpler level), so a difference
-    is the runtime's doing, not the compiler's.
+    is the runtime's doing, not the compiler's. ``same_runtime``: both used one simpler commit
+    (or none), so identical code cannot point at the runtime.
 
     Each argument is a run's artifacts directory; the `build_output` tree is searched for below it,
     so it may be the artifacts dir, its `build_output/`, or the program directory itself. Entries
@@ -98,6 +104,8 @@ def compare_generated(
     removed = tuple(sorted(good.keys() - bad.keys()))
     count = len(changed) + len(added) + len(removed)
     if not count:
+        if same_runtime and not same_compiler:
+            return Triage("identical", _IDENTICAL_SAME_RUNTIME)
         return Triage("identical", _IDENTICAL_SAME_COMPILER if same_compiler else _IDENTICAL)
 
     files = "file" if count == 1 else "files"

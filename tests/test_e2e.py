@@ -638,6 +638,7 @@ def test_a_verdict_flip_on_a_docs_only_commit_is_a_no_op_build_and_the_drift_che
     assert report["pypto"]["first_bad"] == docs_only
     assert report["noop"] == "pypto"
     assert report["triage"]["status"] == "identical"
+    assert "both runs had the same runtime" in report["triage"]["summary"]  # not simpler's doing
     assert report["drift"] and "known-good" in report["drift"][0]
     md = (workdir / "report.md").read_text()
     assert "the culprit's build is identical to its parent's" in md

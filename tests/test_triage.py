@@ -60,6 +60,12 @@ def test_identical_code_built_at_other_times_points_away_from_pypto(tmp_path: Pa
         "generated code is identical: pointing at the runtime (simpler) or the environment"
     )
     assert (triage.changed, triage.added, triage.removed, triage.diff) == ((), (), (), "")
+    # Both runs had one runtime (or none): identical code then points at neither package.
+    same = compare_generated(tmp_path / "good", tmp_path / "bad", same_runtime=True)
+    assert same.summary == (
+        "generated code is identical and both runs had the same runtime (simpler): pointing at "
+        "the environment or a flaky example"
+    )
 
 
 def test_a_changed_kernel_points_at_pypto_with_a_diff(tmp_path: Path) -> None:
