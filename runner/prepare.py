@@ -79,6 +79,11 @@ def _unused_settings(settings: Settings) -> list[str]:
             f"{settings.given_as('confidence')} is not used with --repeat "
             f"{settings.repeat}: each commit runs that many times"
         )
+    if settings.repeat is not None and settings.repeat % 2 == 0 and settings.policy == "majority":
+        unused.append(
+            f"--repeat {settings.repeat} with the majority policy: a tie (half the runs fail) "
+            "counts as bad; an odd number of repeats never ties"
+        )
     if settings.executor == "ray" and "device" in given:
         unused.append(
             f"{settings.given_as('device')} is not used with --executor ray: Ray picks the cards "

@@ -397,6 +397,9 @@ def test_settings_the_chosen_search_ignores_are_warned_about():
 
     assert _unused_settings(Settings()) == []
     assert _unused_settings(Settings(repeat=3, policy="any-fail")) == []
+    assert _unused_settings(Settings(repeat=3)) == []
+    [tie] = _unused_settings(Settings(repeat=2))  # majority by default
+    assert tie.startswith("--repeat 2 with the majority policy: a tie (half the runs fail)")
     assert "fixed repeats only" in _unused_settings(Settings(policy="any-fail"))[0]
     assert "not used with --repeat 3" in _unused_settings(Settings(repeat=3, confidence=0.99))[0]
     [ray_device] = _unused_settings(Settings(executor="ray", device="0,1"))
