@@ -550,6 +550,10 @@ def _settings_or_none(workdir: Path, path: Path | None = None) -> Settings | Non
         return None
 
 
+RETHRESHOLD_DIR = "rethreshold"
+"""`report --rethreshold` writes its reports here, inside the session's folder."""
+
+
 def rewrite_reports(
     workdir: Path,
     cache_dir: Path | None = None,
@@ -574,7 +578,9 @@ def rewrite_reports(
     out = state.workdir
     if session is not None:
         out = session_folder(out, earlier_session(ledger_path(out), session))
-    return _write(out, state.document, state.outcome, state.history, state.exporter, None)
+    # A what-if goes beside the session's reports, which stay as `run` left them.
+    reports = out / RETHRESHOLD_DIR if rethreshold is not None else None
+    return _write(out, state.document, state.outcome, state.history, state.exporter, None, reports)
 
 
 def _write(
@@ -584,9 +590,11 @@ def _write(
     history: History,
     exporter: SourceExporter,
     wall_s: float | None,
+    reports: Path | None = None,
 ) -> RunResult:
+    """`reports`: where the reports go (default: the workdir)."""
     facts = gather_facts(doc, outcome, history, exporter, workdir, wall_s)
-    json_path, md_path, data = write_reports(workdir, doc, outcome, facts)
+    json_path, md_path, data = write_reports(reports or workdir, doc, outcome, facts)
     return RunResult(outcome, json_path, md_path, data)
 
 

@@ -485,9 +485,16 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     assert "no container was started" in notes
     assert ahead.json()["finished"] is False and "would test next" in notes
     assert ahead.json()["exit_code"] is None, "no exit code before the bisect has finished"
-    headline = (workdir / "report.md").read_text()
+    headline = (workdir / "rethreshold" / "report.md").read_text()
     assert "Re-judged by max_abs_diff <= 0.005: the ledger lacks tests" in headline
     assert "rerun the same `run` command" not in headline
+    # The session's own reports stay as `run` wrote them: finished, exit 0.
+    kept = json.loads((workdir / "report.json").read_text())
+    assert (
+        kept["finished"] is True
+        and kept["exit_code"] == 0
+        and kept["notes"] == strict.json()["notes"]
+    )
 
     relaxed = bisect(sample, "--max-abs-diff", "0.005")
     assert relaxed.returncode == 0, relaxed.stderr
@@ -525,10 +532,10 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     )
     assert again.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
     assert again.json()["finished"] is True
-    md = (workdir / "report.md").read_text()
+    md = (workdir / "rethreshold" / "report.md").read_text()
     assert "![precision figures against commit order](metrics.png)" in md
     assert "| max_abs_diff |" in md
-    assert (workdir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+    assert (workdir / "rethreshold" / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     figures = again.json()["figures"]["pypto"]
     assert [p["index"] for p in figures] == sorted(p["index"] for p in figures)
 
