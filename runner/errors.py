@@ -48,8 +48,9 @@ class LedgerError(BisectError):
 
 
 SOURCE_UNAVAILABLE = "source unavailable"
-USER_SKIP = "skipped by --skip"
 """How the exporter's messages start, and so the reason of an attempt it refused."""
+USER_SKIP = "skipped by --skip"
+"""The reason of an attempt the user took as untestable: nothing was built or run."""
 
 
 class SourceUnavailable(BisectError):

@@ -31,13 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from runner.errors import (
-    SOURCE_UNAVAILABLE,
-    USER_SKIP,
-    BadInput,
-    InfrastructureError,
-    LedgerError,
-)
+from runner.errors import BadInput, InfrastructureError, LedgerError
 from runner.search import Verdict
 from runner.verdict import Tolerance
 
@@ -238,20 +232,11 @@ class LedgerDocument(_Strict):
         chosen = own or matches
         return chosen[-1] if chosen else None
 
-    def user_skips(self) -> list[Attempt]:
-        """Counted skips of pairs the user took as untestable (--skip)."""
+    def skips(self, reason: str) -> list[Attempt]:
+        """Counted skips whose reason starts with `reason`: SOURCE_UNAVAILABLE (the checkout
+        lacked their sources when they were tried) or USER_SKIP (--skip)."""
         return [
-            a
-            for a in self.counted()
-            if a.verdict is Verdict.SKIP and a.reason.startswith(USER_SKIP)
-        ]
-
-    def source_skips(self) -> list[Attempt]:
-        """Counted skips of pairs whose sources the checkout lacked when they were tried."""
-        return [
-            a
-            for a in self.counted()
-            if a.verdict is Verdict.SKIP and a.reason.startswith(SOURCE_UNAVAILABLE)
+            a for a in self.counted() if a.verdict is Verdict.SKIP and a.reason.startswith(reason)
         ]
 
 

@@ -25,6 +25,7 @@ from runner.config import DEFAULT_BUILD_COMMAND, Settings
 from runner.containers import Mount
 from runner.errors import (
     SOURCE_UNAVAILABLE,
+    USER_SKIP,
     BadInput,
     BisectError,
     EndpointsDoNotReproduce,
@@ -427,7 +428,7 @@ def run_bisect(
             )
             # Missing sources are the checkout's state, not the commit's: once they are there,
             # their pairs are tested like any other.
-            again = tester.exportable_again(ledger.document.source_skips())
+            again = tester.exportable_again(ledger.document.skips(SOURCE_UNAVAILABLE))
             ledger.supersede(again)
             if again and events is not None:
                 events.note(
@@ -437,7 +438,7 @@ def run_bisect(
             # A commit taken out with --skip before and not now is tested like any other.
             unskipped = [
                 a.run_id
-                for a in ledger.document.user_skips()
+                for a in ledger.document.skips(USER_SKIP)
                 if prepared.skip.isdisjoint((a.pypto_sha, a.simpler_sha))
             ]
             ledger.supersede(unskipped)

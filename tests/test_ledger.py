@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.errors import BadInput, LedgerError
+from runner.errors import SOURCE_UNAVAILABLE, BadInput, LedgerError
 from runner.ledger import (
     LEDGER_SCHEMA_VERSION,
     Attempt,
@@ -172,7 +172,7 @@ def test_a_superseded_skip_stays_in_the_file_but_no_longer_counts(
     with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
         ledger.record(make_attempt("r1", sha(7), sha("s"), Verdict.SKIP, reason=lacked))
         ledger.record(make_attempt("r2", sha(8), sha("s"), Verdict.SKIP, reason="build failed"))
-        assert [a.run_id for a in ledger.document.source_skips()] == ["r1"]
+        assert [a.run_id for a in ledger.document.skips(SOURCE_UNAVAILABLE)] == ["r1"]
         with pytest.raises(LedgerError, match="lacks: nope"):
             ledger.supersede(["r1", "nope"])
         assert ledger.document.superseded == []
@@ -183,7 +183,7 @@ def test_a_superseded_skip_stays_in_the_file_but_no_longer_counts(
         assert [a.run_id for a in doc.attempts] == ["r1", "r2"]
         assert doc.superseded == ["r1"]
         assert doc.find_all(sha(7), sha("s")) == [] and resumed.find(sha(7), sha("s")) is None
-        assert doc.source_skips() == []
+        assert doc.skips(SOURCE_UNAVAILABLE) == []
         resumed.record(make_attempt("r3", sha(7), sha("s"), Verdict.GOOD))
         assert [a.run_id for a in resumed.document.find_all(sha(7), sha("s"))] == ["r3"]
 
