@@ -848,12 +848,13 @@ class Session:
             return None
         lo, hi = first.inconclusive
         commits = first.candidates[lo - 1 : hi + 1]
+        changes = [self.history.classify(commit, self.path) for commit in commits[1:]]
 
-        def builds(commit: str) -> bool:  # (not pointer moves, docs or a .gitmodules URL)
-            paths = self.history.classify(commit, self.path).changed_paths
+        def builds(change: Change) -> bool:  # (not pointer moves, docs or a .gitmodules URL)
+            paths = change.changed_paths
             return any(_builds_from(path) for path in paths if path not in METADATA_PATHS)
 
-        if any(builds(commit) for commit in commits[1:-1]):
+        if any(builds(change) for change in changes[:-1]):
             return None
         old, new = self.gitlink(commits[0]), self.gitlink(commits[-1])
         if old is None or new is None or old == new:
@@ -865,9 +866,8 @@ class Session:
         positions = [states.index(p) if p in states else -1 for p in map(self.gitlink, commits)]
         if positions != sorted(positions) or positions[0] != 0 or -1 in positions:
             return None  # the pointers do not walk one path: no single simpler range holds them
-        change = self.history.classify(commits[-1], self.path)
-        kind: ChangeKind = "pointer-and-code" if builds(commits[-1]) else "pointer-only"
-        return lo, replace(change, parent=commits[0], old=old, new=new, kind=kind)
+        kind: ChangeKind = "pointer-and-code" if builds(changes[-1]) else "pointer-only"
+        return lo, replace(changes[-1], parent=commits[0], old=old, new=new, kind=kind)
 
     def _across_stretch(self, first: LevelResult, lo: int, change: Change) -> Outcome:
         """Bisect simpler across a stretch of pointer-only bumps the pypto level could not
@@ -955,13 +955,12 @@ class Session:
         # A stretch's bumps by the state each one's pointer names (`_pointer_stretch` checked
         # they walk the range in order): a state inside blames the first bump that reaches it,
         # unless only the last bump's code with the new pointer fails (an interaction).
-        reach = {
-            states.index(self.gitlink(first.candidates[k]) or ""): k
-            for k in range(c - 1, lo - 1, -1)
-            if states
-        }  # (the earliest commit naming a state: one that changes nothing else keeps it)
-        if outcome.split is not None and outcome.split.carrier == "interaction":
-            reach = {}
+        reach: dict[int, int] = {}
+        if states and not (outcome.split is not None and outcome.split.carrier == "interaction"):
+            # (from the last down: the earliest commit naming a state, one that changes nothing
+            # else, keeps it)
+            for k in range(c - 1, lo - 1, -1):
+                reach[states.index(self.gitlink(first.candidates[k]) or "")] = k
         owner = lambda j: min((k for p, k in reach.items() if p >= j), default=c)  # noqa: E731
         # Their own runs are the anchor's when it has their code (not the last bump's new code).
         same_code = change.kind == "pointer-only" or anchor == parent
