@@ -235,7 +235,7 @@ class DockerTester:
         """
         self._round += 1
         number = self._round
-        failures: dict[int, list[str]] = {i: [] for i in range(len(requests))}
+        failures: dict[int, list[InfrastructureError]] = {i: [] for i in range(len(requests))}
         running: dict[Future[Attempt], int] = {
             self._submit(request, number): i for i, request in enumerate(requests)
         }
@@ -252,7 +252,7 @@ class DockerTester:
                     attempt = future.result()
                 except InfrastructureError as exc:
                     reason = str(exc).splitlines()[0]
-                    failures[index].append(reason)
+                    failures[index].append(exc)
                     self._note_infrastructure(request.pypto, request.simpler, reason)
                     if isinstance(exc, DeviceFault):
                         live = len(self.executor.slots)
@@ -261,7 +261,7 @@ class DockerTester:
                             where = placement(exc.slot.device, exc.slot.node)
                             self._note_infrastructure("-", None, f"{RETIRED} {where}: {reason}")
                     if len(failures[index]) >= self.infra_retries:
-                        fatal = InfrastructureError(_stopping(failures[index], exc, request))
+                        fatal = InfrastructureError(_stopping(failures[index], request))
                         fatal.__cause__ = exc
                         continue
                     if self.echo:
@@ -710,10 +710,10 @@ class DockerTester:
         record.log_path = str(result.log_path)
 
 
-def _stopping(reasons: Sequence[str], last: InfrastructureError, request: Request) -> str:
+def _stopping(failures: Sequence[InfrastructureError], request: Request) -> str:
     """Why the run stops after a test's infrastructure failures, and what lets it go on."""
-    count = len(reasons)
-    if isinstance(last, BuildTimedOut) and all("timed out" in r for r in reasons):
+    count, last = len(failures), failures[-1]
+    if isinstance(last, BuildTimedOut) and all(isinstance(f, BuildTimedOut) for f in failures):
         return (
             f"the {last.package} build of {last.commit[:12]} timed out after {last.seconds:g}s "
             f"{'twice' if count == 2 else f'{count} times' if count > 2 else 'once'}"
@@ -721,10 +721,10 @@ def _stopping(reasons: Sequence[str], last: InfrastructureError, request: Reques
             "--build-timeout if builds are only slow here, or, if this commit's build hangs, run "
             f"again with --skip {last.commit[:12]} to take it as untestable"
         )
-    failures = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"
+    in_a_row = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"
     return (
-        f"{failures}, nothing recorded for {request.pypto[:12]}: {reasons[-1]}; fix the cause "
-        "and run again to resume"
+        f"{in_a_row}, nothing recorded for {request.pypto[:12]}: {str(last).splitlines()[0]}; "
+        "fix the cause and run again to resume"
     )
 
 
