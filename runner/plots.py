@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,18 +29,24 @@ class Point:
 
 
 def series(
-    attempts: Sequence[Attempt], candidates: Sequence[str], key: str = "pypto"
+    attempts: Sequence[Attempt],
+    candidates: Sequence[str],
+    runs: Mapping[int, Sequence[str]] | None = None,
 ) -> list[Point]:
-    """Points in candidate order for attempts whose ``key`` commit ("pypto" or "simpler") is a
-    candidate; a passing run without figures counts as 0 for the difference figures, as the
-    example compared and found nothing beyond tolerance to print."""
-    order = {sha: i for i, sha in enumerate(candidates)}
+    """Points in candidate order. Without `runs` a candidate is a pypto commit and each of its
+    attempts counts; with it, a candidate's points are the attempts whose run ids `runs` gives
+    for its index: the ones its level's model counted (a simpler state's runs with another pypto
+    commit are not its figures). A passing run without figures counts as 0 for the difference
+    figures, as the example compared and found nothing beyond tolerance to print."""
+    if runs is None:
+        order = {sha: i for i, sha in enumerate(candidates)}
+        chosen = [(order[a.pypto_sha], a) for a in attempts if a.pypto_sha in order]
+    else:
+        by_id = {attempt.run_id: attempt for attempt in attempts}
+        chosen = [(i, by_id[r]) for i, ids in runs.items() for r in ids if r in by_id]
     points: dict[int, Point] = {}
-    for attempt in attempts:
-        sha = attempt.pypto_sha if key == "pypto" else attempt.simpler_sha
-        if sha not in order:
-            continue
-        point = points.setdefault(order[sha], Point(order[sha], sha))
+    for index, attempt in chosen:
+        point = points.setdefault(index, Point(index, candidates[index]))
         point.verdicts.append(attempt.verdict.value)
         for name in FIGURES:
             value = attempt.metrics.get(name)

@@ -277,12 +277,12 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list
 def _levels(doc: LedgerDocument, outcome: Outcome) -> list[tuple[str, list[Point], int | None]]:
     """Each level's figures along its candidates, with the culprit's position."""
     out = []
-    pypto_runs = [a for a in doc.attempts if a.level == "pypto"]
+    counted = doc.counted()
+    pypto_runs = [a for a in counted if a.level == "pypto"]
     out.append(("pypto", series(pypto_runs, outcome.pypto.candidates), outcome.pypto.found))
-    if outcome.simpler is not None:
-        runs = [a for a in doc.attempts if a.level == "simpler"]
-        level = outcome.simpler
-        out.append(("simpler", series(runs, level.candidates, key="simpler"), level.found))
+    level = outcome.simpler
+    if level is not None:  # its states' runs are those its model counted, whatever their level
+        out.append(("simpler", series(counted, level.candidates, level.runs), level.found))
     return out
 
 

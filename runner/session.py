@@ -131,13 +131,16 @@ class EndpointFailure(Exception):
 class LevelResult:
     """One level's bisect: candidates[0] is known good, candidates[-1] known bad.
 
-    ``observations`` holds every verdict per candidate index, repeats included, in order.
+    ``observations`` holds every verdict per candidate index, repeats included, in order, and
+    ``runs`` the ledger's run ids behind them (a verdict taken from the level above, not from a
+    run of this pair, has none): the report's figures are those runs'.
     """
 
     level: Level
     candidates: list[str]
     anchor: str | None = None  # simpler level: the pypto commit every state is tested with
     observations: dict[int, list[Verdict]] = field(default_factory=dict)
+    runs: dict[int, list[str]] = field(default_factory=dict)
     found: int | None = None
     inconclusive: tuple[int, int] | None = None
     low_confidence: tuple[tuple[int, float], ...] | None = None
@@ -444,15 +447,20 @@ class Session:
             self._gitlinks[commit] = self.history.gitlink(commit, self.path)
         return self._gitlinks[commit]
 
-    def _recorded(self, stage: Level, pypto: str, simpler: str | None) -> list[Verdict]:
-        """The verdicts the ledger holds for a pair, from this stage and the ones before it."""
+    def _recorded(self, stage: Level, pypto: str, simpler: str | None) -> list[Attempt]:
+        """The attempts the ledger holds for a pair, from this stage and the ones before it."""
         limit = _STAGES[stage]
         seen = []
         for attempt in self.lookup(pypto, simpler):
             if _STAGES.get(attempt.level, 99) <= limit:
                 self._saw(attempt)
-                seen.append(self.verdict(attempt))
+                seen.append(attempt)
         return seen
+
+    def _count(self, result: LevelResult, index: int, attempts: Sequence[Attempt]) -> None:
+        """Put runs of the candidate at `index` into the level's observations."""
+        result.observations.setdefault(index, []).extend(self.verdict(a) for a in attempts)
+        result.runs.setdefault(index, []).extend(a.run_id for a in attempts)
 
     def _saw(self, attempt: Attempt) -> None:
         if attempt.level != "drift":
@@ -497,7 +505,7 @@ class Session:
         for index, commit in enumerate(result.candidates):
             seen = self._recorded(result.level, *pair(commit))
             if seen:
-                result.observations.setdefault(index, []).extend(seen)
+                self._count(result, index, seen)
                 reused += len(seen)
         if reused:
             self.events.note(f"{reused} {result.level} verdicts reused from the ledger")
@@ -529,7 +537,7 @@ class Session:
         attempts = self._run_round(requests)
         for index, attempt in zip(indices, attempts, strict=True):
             result.tests += 1
-            result.observations.setdefault(index, []).append(self.verdict(attempt))
+            self._count(result, index, [attempt])
         result.rounds += 1
         return attempts
 
@@ -1028,7 +1036,7 @@ class Session:
             for pair in dict.fromkeys(pairs):
                 seen = self._recorded("simpler", *pair)
                 if seen:  # (with fixed repeats, a commit with an entry is one short of runs)
-                    chain.observations.setdefault(k, []).extend(seen)
+                    self._count(chain, k, seen)
         reused = sum(
             a.level == "simpler"
             for pair in {pair for pairs in links for pair in pairs}
@@ -1062,6 +1070,7 @@ class Session:
                 for k, j in at_state.items()
                 if chain.observations.get(k)
             }
+            second.runs = {j: list(chain.runs[k]) for k, j in at_state.items() if k in chain.runs}
         if self.repeat is not None:
             return
         if chain.belief is None:
@@ -1401,7 +1410,7 @@ class Session:
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
-        seen = [self._recorded("split", *half) for half in halves]
+        seen = [[self.verdict(a) for a in self._recorded("split", *half)] for half in halves]
         good, bad = Verdict.GOOD, Verdict.BAD
         if self.repeat is None:
             # The halves only choose the route. When the code half's first run passes, the joint

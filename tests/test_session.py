@@ -642,6 +642,32 @@ def test_untestable_pointer_only_bumps_in_a_row_are_bisected_as_one_simpler_rang
     assert len(simpler_runs) <= math.ceil(math.log2(4)) + EXTRA
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [SampleSpec(**SMALL, bumps=((4, 6),), simpler_regression_at=4), stretch_spec(2)],
+    ids=["bump", "stretch"],
+)
+def test_the_figures_of_a_simpler_state_are_the_runs_its_level_counts(sample_factory, spec):
+    sample = sample_factory(spec)
+    outcome, tester = bisect(sample)
+    doc = ledger_of(sample, tester)
+    # The same state also ran with another pypto commit (a rethreshold moved the culprit, or an
+    # earlier session's anchor): those runs are not this level's figures.
+    level = outcome.simpler
+    state = level.candidates[-1]
+    pypto, simpler = level.pairs[state] if level.pairs else (level.anchor, state)
+    stray = next(a for a in doc.attempts if (a.pypto_sha, a.simpler_sha) == (pypto, simpler))
+    other = stray.model_copy(update={"pypto_sha": sample.pypto_shas[0], "run_id": "stray"})
+    doc = doc.model_copy(update={"attempts": [*doc.attempts, other]})
+
+    data = build_json(doc, outcome, ReportFacts())
+    counts = {
+        row["index"]: row["passes"] + row["fails"] + row["skips"]
+        for row in data["confidence"]["simpler"]["tested"]
+    }
+    assert {p["index"]: len(p["verdicts"]) for p in data["figures"]["simpler"]} == counts
+
+
 @pytest.mark.parametrize("repeat", [None, 1])
 def test_a_stretch_ending_on_candidates_reads_the_same_in_report_and_status(sample_factory, repeat):
     sample = sample_factory(stretch_spec(4))  # simpler 3 (pypto 4's pointer) or 4 (pypto 5's)
@@ -885,20 +911,21 @@ def test_the_known_good_commit_is_rerun_at_the_end_when_it_is_the_last_good_one(
     assert outcome.drift == [] and outcome.exit_code == 0
 
 
+class Drifting(SpecTester):
+    """Every run fails once the bisect is over, the known-good commit included."""
+
+    drifted = False
+
+    def truth(self, pypto, simpler):
+        return Verdict.BAD if self.drifted else super().truth(pypto, simpler)
+
+    def test(self, level, pypto, simpler):
+        self.drifted = self.drifted or level == "drift"
+        return super().test(level, pypto, simpler)
+
+
 def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=1))
-
-    class Drifting(SpecTester):
-        """Every run fails once the bisect is over, the known-good commit included."""
-
-        drifted = False
-
-        def truth(self, pypto, simpler):
-            return Verdict.BAD if self.drifted else super().truth(pypto, simpler)
-
-        def test(self, level, pypto, simpler):
-            self.drifted = self.drifted or level == "drift"
-            return super().test(level, pypto, simpler)
 
     outcome, tester = bisect(sample, tester=Drifting(sample))
 
