@@ -1253,9 +1253,15 @@ class Session:
         verdicts = self._judge_pairs(
             "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
         )
-        for (name, pypto, _), verdict in zip(pairs, verdicts, strict=True):
-            if verdict is Verdict.BAD:
+        for (name, pypto, simpler), verdict in zip(pairs, verdicts, strict=True):
+            if verdict is not Verdict.BAD:
+                continue
+            if simpler == self.gitlink(pypto):
                 outcome.drift.append(f"the {name} commit {pypto[:12]}")
+            else:  # a simpler state inside a bump, run with the pypto commit its level pins
+                outcome.drift.append(
+                    f"the {name} simpler commit {str(simpler)[:12]} with pypto {pypto[:12]}"
+                )
 
     def _judge_pairs(
         self,

@@ -944,6 +944,22 @@ def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_f
     assert pypto["holding_99"] == len(outcome.pypto.belief.ranked()) > 1
 
 
+def test_a_drifted_simpler_state_is_named_by_its_simpler_commit_and_pinned_pypto(sample_factory):
+    spec = SampleSpec(**{**SMALL, "simpler_commits": 12}, bumps=((4, 10),), simpler_regression_at=2)
+    sample = sample_factory(spec)
+
+    outcome, _ = bisect(sample, tester=Drifting(sample), repeat=2)
+
+    assert outcome.simpler.first_bad == sample.simpler_shas[2]
+    culprit, old = sample.pypto_shas[4][:12], sample.simpler_shas[1][:12]
+    # Not "the last good commit <culprit>": the pair that passed had the bump's old pointer.
+    assert outcome.drift == [
+        f"the known-good commit {sample.pypto_shas[0][:12]}",
+        f"the last good simpler commit {old} with pypto {culprit}",
+    ]
+    assert outcome.exit_code == 3
+
+
 def test_an_environment_that_breaks_mid_session_is_drift_even_without_a_culprit(sample_factory):
     """From the fifth run on every run fails, the known-good commit's too: the search cannot
     settle (no flake rate explains it), and the drift check must still say why (exit 3)."""
