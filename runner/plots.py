@@ -79,6 +79,7 @@ def plot(levels: Sequence[tuple[str, Sequence[Point], int | None]], path: Path) 
         if path.is_file() and drawn.read_text().strip() == digest:
             return path
     from matplotlib.figure import Figure  # without pyplot: no backend, no global state
+    from matplotlib.ticker import MaxNLocator
 
     columns = max(len(row[3]) for row in rows)
     fig = Figure(figsize=(4.5 * columns, 3.2 * len(rows)))
@@ -118,6 +119,7 @@ def plot(levels: Sequence[tuple[str, Sequence[Point], int | None]], path: Path) 
             ax.set_title(f"{level}: {name}", fontsize=9)
             ax.set_xlabel("commit order (0 = known good)", fontsize=8)
             ax.tick_params(labelsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # commits have no halves
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.png")

@@ -51,3 +51,29 @@ def test_a_plot_of_the_same_figures_is_kept_and_redrawn_when_they_change(tmp_pat
     assert path.read_bytes() == b"kept", "nothing new: not drawn again"
     plot([("pypto", series(RUNS, SHAS), 5)], path)  # the culprit moved
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_commit_order_is_marked_in_whole_commits(tmp_path, monkeypatch):
+    """Three commits apart: matplotlib would tick 0, 0.5, 1, ... where no commit is."""
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args, **kwargs) -> None:
+        drawn.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    runs = [
+        attempt(0, 0, Verdict.GOOD),
+        attempt(1, 1, Verdict.BAD, max_abs_diff=0.004),
+        attempt(2, 2, Verdict.BAD, max_abs_diff=0.006),
+    ]
+
+    plot([("pypto", series(runs, SHAS), 1)], tmp_path / "metrics.png")
+
+    [figure] = drawn
+    [ax] = [a for a in figure.axes if a.get_visible() and a.axison]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
