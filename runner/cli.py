@@ -871,6 +871,7 @@ def reproduce(
     from runner.workflow import reproduce as reproduce_run
 
     with guarded():
+        _say_which(workdir, config, run_id, session)
         original, again = reproduce_run(
             _workdir(workdir, config),
             run_id,
@@ -886,6 +887,15 @@ def reproduce(
     same = original.verdict == again.verdict
     OUT.print("the verdict reproduces" if same else "the verdict does NOT reproduce")
     raise typer.Exit(0 if same else 1)
+
+
+def _say_which(workdir: Path | None, config: Path | None, run_id: str, session: str | None) -> None:
+    """A SHA may name several attempts (a re-tested boundary): say which one is taken."""
+    from runner.workflow import find_recorded
+
+    choice = find_recorded(_workdir(workdir, config).expanduser(), run_id, session).choice()
+    if choice is not None:
+        ERR.print(choice, markup=False)
 
 
 def _size(text: str) -> int:
@@ -1133,6 +1143,7 @@ def export_bundle(
     from runner.bundle import export_attempt
 
     with guarded():
+        _say_which(workdir, config, run_id, session)
         bundle = export_attempt(_workdir(workdir, config), run_id, to, session)
     attempt = bundle.attempt
     OUT.print(f"exported {attempt.run_id} ({attempt.verdict.value} {attempt.reason}) to {to}")

@@ -213,14 +213,19 @@ class LedgerDocument(_Strict):
         ]
 
     def select(self, run_id: str) -> Attempt | None:
-        """The attempt a user names: by run id, else by a pypto SHA (prefix). A SHA names that
+        """The attempt a user names (see `named`): the latest of those it names."""
+        named = self.named(run_id)
+        return named[-1] if named else None
+
+    def named(self, run_id: str) -> list[Attempt]:
+        """The attempts a user names: by run id, else by a pypto SHA (prefix). A SHA names that
         commit's own attempts, the pypto level's (its verdict in the bisect) before those of
-        the levels that ran it with other simpler commits, the latest of them."""
+        the levels that ran it with other simpler commits, in recording order."""
         if not run_id:
-            return None
+            return []
         exact = [a for a in self.attempts if a.run_id == run_id]
         if exact:
-            return exact[0]
+            return exact[:1]
         matches = [a for a in self.attempts if a.pypto_sha.startswith(run_id.lower())]
         commits = sorted({a.pypto_sha for a in matches})
         if len(commits) > 1:
@@ -229,8 +234,7 @@ class LedgerDocument(_Strict):
                 "give more of the SHA, or a run id from `status`"
             )
         own = [a for a in matches if a.level == "pypto"]
-        chosen = own or matches
-        return chosen[-1] if chosen else None
+        return own or matches
 
     def skips(self, reason: str) -> list[Attempt]:
         """Counted skips whose reason starts with `reason`: SOURCE_UNAVAILABLE (the checkout

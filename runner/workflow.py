@@ -607,6 +607,17 @@ class Recorded:
     settings: Path | None  # None = the workdir's own settings.json
     document: LedgerDocument
     attempt: Attempt
+    others: tuple[str, ...] = ()  # run ids of the other attempts a SHA named; `attempt` is the last
+
+    def choice(self) -> str | None:
+        """What to tell a user whose SHA named several attempts, None when it named one."""
+        if not self.others:
+            return None
+        sha = self.attempt.pypto_sha[:12]
+        return (
+            f"pypto {sha} has {len(self.others) + 1} recorded attempts; taking the latest, "
+            f"{self.attempt.run_id} (name another by its run id: {', '.join(self.others)})"
+        )
 
 
 def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Recorded:
@@ -620,10 +631,11 @@ def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Rec
         ledgers = [(current, False), *((path, True) for path in earlier)]
     for path, backup in ledgers:
         document = Ledger.read(path)
-        chosen = document.select(run_id)
-        if chosen is not None:
+        named = document.named(run_id)
+        if named:
             settings = session_copy(path, SETTINGS_NAME) if backup else None
-            return Recorded(path, settings, document, chosen)
+            others = tuple(a.run_id for a in named[:-1])
+            return Recorded(path, settings, document, named[-1], others)
     raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
 
 

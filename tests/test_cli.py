@@ -587,6 +587,30 @@ def test_the_commands_after_a_run_find_the_workdir_through_config(tmp_path, comm
     assert result.returncode == 2 and str(tmp_path / "sessions" / "w") in result.stderr
 
 
+def test_a_sha_with_several_attempts_says_which_one_export_takes(tmp_path):
+    from runner.ledger import Ledger
+    from tests.fixtures.attempts import recorded
+    from tests.test_ledger import make_inputs
+
+    culprit = "ab12" + "0" * 36
+    workdir = tmp_path / "w"
+    with Ledger.open(workdir / "ledger.json", make_inputs(tmp_path), tool_version="0.1.0") as led:
+        for run_id in ("r1", "r2", "r3"):  # a re-tested boundary; none ran the example
+            led.record(recorded(run_id, pypto=culprit, verdict="skip", reason="build failed"))
+
+    result = cli("export", "ab12", "--to", str(tmp_path / "b"), "--workdir", str(workdir))
+
+    assert result.returncode == 2
+    first, *rest = result.stderr.strip().splitlines()
+    assert first == (
+        "pypto ab1200000000 has 3 recorded attempts; taking the latest, r3 (name another by its "
+        "run id: r1, r2)"
+    )
+    assert rest[0].startswith("error: attempt r3 never ran the example")
+    only = cli("export", "r2", "--to", str(tmp_path / "b"), "--workdir", str(workdir))
+    assert "recorded attempts" not in only.stderr and "attempt r2 never ran" in only.stderr
+
+
 @pytest.mark.docker
 def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
     sample_factory, tmp_path, docker_client
