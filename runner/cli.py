@@ -563,8 +563,9 @@ def _print_confidence(level: dict | None) -> None:
             f", runner-up {level['runner_up']['sha'][:12]} {level['runner_up']['probability']:.1%}"
         )
     if level.get("false_fail") is not None:
+        guess = " (a prior guess: no run disagreed)" if level.get("rates_from_prior") else ""
         line += (
-            f"; flake rates: false fail {level['false_fail']:.1%}, "
+            f"; flake rates{guess}: false fail {level['false_fail']:.1%}, "
             f"false pass {level['false_pass']:.1%}"
         )
     OUT.print(line)

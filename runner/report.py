@@ -234,11 +234,50 @@ def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
     if level.belief is not None:
         data["false_fail"] = level.belief.false_fail
         data["false_pass"] = level.belief.false_pass
+    # Rates learnt from nothing that disagreed are the prior's guess, not a measurement.
+    evidence = level.prior.evidence if level.prior is not None else (0, 0, 0, 0)
+    data["rates_from_prior"] = _agree(level) and evidence[0] == evidence[2] == 0
     if level.low_confidence is not None:
         data["low_confidence"] = [
             {"sha": level.candidates[i], "probability": p} for i, p in level.low_confidence
         ]
     return data
+
+
+def _mixed(level: LevelResult) -> list[int]:
+    """The tested commits whose runs gave both verdicts."""
+    return [
+        i
+        for i, seen in sorted(level.observations.items())
+        if Verdict.GOOD in seen and Verdict.BAD in seen
+    ]
+
+
+def _agree(level: LevelResult) -> bool:
+    """Whether every run of the level agrees with one boundary: passes only before fails."""
+    goods = [i for i, seen in level.observations.items() if Verdict.GOOD in seen]
+    bads = [i for i, seen in level.observations.items() if Verdict.BAD in seen]
+    return not goods or not bads or max(goods) < min(bads)
+
+
+def _disagreement_notes(outcome: Outcome) -> list[str]:
+    """Fixed repeats judge each commit by their policy alone: say where its runs disagreed."""
+    notes = []
+    for level in (outcome.pypto, outcome.simpler):
+        if level is None or level.repeat is None or not (mixed := _mixed(level)):
+            continue
+        listed = ", ".join(level.candidates[i][:12] for i in mixed)
+        how = (
+            "judged each bad, so a good commit failing by chance moves the culprit earlier"
+            if level.policy == "any-fail"
+            else "took each one's majority, a tie as bad"
+        )
+        notes.append(
+            f"the example is flaky: runs of {len(mixed)} {level.level} "
+            f"commit{'s' if len(mixed) > 1 else ''} ({listed}) disagreed, and --policy "
+            f"{level.policy} {how}; the default confidence search weighs every run instead"
+        )
+    return notes
 
 
 def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list[str]:
@@ -254,9 +293,14 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list
             up = level["runner_up"]
             lines.append(f"- runner-up: `{up['sha'][:12]}` {up['probability']:.1%}")
         if level["false_fail"] is not None:
+            guess = (
+                " (no run disagreed with another: mostly the prior's guess, not a measurement)"
+                if level["rates_from_prior"]
+                else ""
+            )
             lines.append(
                 f"- estimated flake rates: false fail {level['false_fail']:.1%}, "
-                f"false pass {level['false_pass']:.1%}"
+                f"false pass {level['false_pass']:.1%}{guess}"
             )
         if level["low_confidence"]:
             listed = ", ".join(
@@ -418,6 +462,7 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
             f"{facts.noop} wheel and the same generated code): flakiness or the environment is "
             "the likelier cause of the verdict change; run `reproduce` on both"
         )
+    notes += _disagreement_notes(outcome)
     if outcome.drift:
         notes.append(
             "the environment drifted during the session: re-run at the end in their recorded "

@@ -550,6 +550,49 @@ def test_fixed_repeats_run_every_tested_commit_n_times_and_judge_by_the_policy(s
     assert outcome.pypto.belief is None
 
 
+@pytest.mark.parametrize("policy", ["any-fail", "majority"])
+def test_fixed_repeats_that_disagree_are_named_in_the_report(sample_factory, policy):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    clean, _ = bisect(sample, repeat=3, policy=policy)
+    assert not [n for n in report_notes(sample, clean) if "disagreed" in n]
+
+    for seed in range(40):  # the first seed whose runs disagree somewhere
+        tester = SpecTester(sample, false_fail=0.1, false_pass=0.2, seed=seed)
+        try:
+            outcome, _ = bisect(sample, tester=tester, repeat=3, policy=policy)
+        except EndpointFailure:  # the known-good commit failed by chance
+            continue
+        mixed = [
+            sample.pypto_shas[i][:12]
+            for i, seen in sorted(outcome.pypto.observations.items())
+            if len(set(seen)) > 1
+        ]
+        if mixed:
+            break
+    [note] = [n for n in report_notes(sample, outcome, tester) if "disagreed" in n]
+    assert note.startswith(f"the example is flaky: runs of {len(mixed)} pypto commit")
+    assert f"({', '.join(mixed)}) disagreed, and --policy {policy} " in note
+
+
+def report_notes(sample: Sample, outcome: Outcome, tester: SpecTester | None = None) -> list[str]:
+    doc = ledger_of(sample, tester or SpecTester(sample))
+    return build_json(doc, outcome, ReportFacts())["notes"]
+
+
+def test_flake_rates_nothing_contradicted_are_called_the_priors_guess(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    outcome, tester = bisect(sample)
+    doc = ledger_of(sample, tester)
+    data = build_json(doc, outcome, ReportFacts())
+    assert data["confidence"]["pypto"]["rates_from_prior"] is True
+    assert "mostly the prior's guess" in build_markdown(doc, outcome, ReportFacts(), data)
+
+    flaky = SpecTester(sample, false_fail=0.3, false_pass=0.3, seed=1)
+    outcome, _ = bisect(sample, tester=flaky)
+    data = build_json(ledger_of(sample, flaky), outcome, ReportFacts())
+    assert data["confidence"]["pypto"]["rates_from_prior"] is False
+
+
 def test_with_fixed_repeats_the_second_level_tests_its_good_end_and_says_when_pypto_alone_fails(
     sample_factory,
 ):
