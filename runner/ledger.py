@@ -575,6 +575,13 @@ def _serialize(document: LedgerDocument) -> str:
     return document.model_dump_json(indent=2, warnings="error") + "\n"
 
 
+# Only `run` starts sessions: `status`, `report` and the others have no --new-session.
+_START_OVER = (
+    "move it aside, or start over with `run ... --new-session` (which keeps the old file as a "
+    "backup)"
+)
+
+
 def _load(path: Path) -> LedgerDocument:
     untouched = "it was left untouched"
     try:
@@ -585,8 +592,7 @@ def _load(path: Path) -> LedgerDocument:
         data: Any = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LedgerError(
-            f"ledger {path} is not valid JSON ({exc}); {untouched}: move it aside or pass "
-            "--new-session to start over (the old file is kept as a backup)"
+            f"ledger {path} is not valid JSON ({exc}); {untouched}: {_START_OVER}"
         ) from exc
     if not isinstance(data, dict) or data.get("tool") != TOOL_NAME:
         tool = data.get("tool") if isinstance(data, dict) else None
@@ -597,8 +603,7 @@ def _load(path: Path) -> LedgerDocument:
     version = data.get("schema_version")
     if type(version) is not int:
         raise LedgerError(
-            f"ledger {path} has no valid schema_version ({version!r}); {untouched}: move it "
-            "aside or pass --new-session to start over (the old file is kept as a backup)"
+            f"ledger {path} has no valid schema_version ({version!r}); {untouched}: {_START_OVER}"
         )
     if version > LEDGER_SCHEMA_VERSION:
         raise LedgerError(
@@ -609,8 +614,7 @@ def _load(path: Path) -> LedgerDocument:
         return LedgerDocument.model_validate_json(raw)
     except ValidationError as exc:
         raise LedgerError(
-            f"ledger {path} is damaged ({_summarize(exc)}); {untouched}: move it aside or pass "
-            "--new-session to start over (the old file is kept as a backup)"
+            f"ledger {path} is damaged ({_summarize(exc)}); {untouched}: {_START_OVER}"
         ) from exc
 
 

@@ -154,6 +154,17 @@ def test_a_corrupt_or_foreign_ledger_is_refused_and_left_untouched(
     assert ledger.read_text() == content
 
 
+@pytest.mark.parametrize("command", [["status"], ["report"], ["log"], ["reproduce", "001"]])
+def test_a_corrupt_ledger_read_by_another_command_points_at_run_to_start_over(tmp_path, command):
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text("{ not json")
+
+    result = cli(*command, "--workdir", str(tmp_path))
+
+    assert_one_line_error(result, 2, "start over with `run ... --new-session`")
+    assert ledger.read_text() == "{ not json"
+
+
 def test_status_without_a_ledger_says_how_to_start(tmp_path):
     assert_one_line_error(cli("status", "--workdir", str(tmp_path)), 2, "run")
 
@@ -720,3 +731,4 @@ def test_a_runtime_that_moves_to_another_path_within_the_range_stops_before_any_
         typo, 2, "neither end of the range has a submodule there", "has: 3rdparty/libbacktrace"
     )
     assert not (tmp_path / "work" / "ledger.json").exists()
+
