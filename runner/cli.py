@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -129,10 +130,34 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
     except Exception as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
+        known = _storage_error(exc)
+        if known is not None:
+            ERR.print(f"error: {known}", markup=False)
+            raise typer.Exit(known.exit_code) from None
         ERR.print(
             f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"
         )
         raise typer.Exit(InfrastructureError.exit_code) from None
+
+
+def _storage_error(exc: BaseException) -> BisectError | None:
+    """A full disk (an infrastructure fault, exit 4) or a place the tool may not write (bad
+    input, exit 2), said as such instead of as an unexpected error; None for anything else."""
+    if not isinstance(exc, OSError) or exc.errno is None:
+        return None
+    where = f" {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return InfrastructureError(
+            f"the disk is full (writing{where}): free space, or point --workdir or --cache-dir "
+            "elsewhere (`cache prune` frees cached wheels), then run again; what the ledger "
+            "holds is kept"
+        )
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return BadInput(
+            f"cannot write{where}: {exc.strerror}; use a --workdir (or --cache-dir) this user "
+            "can write"
+        )
+    return None
 
 
 def _version(value: bool) -> None:

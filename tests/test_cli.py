@@ -4,6 +4,7 @@ and whatever a ledger already holds is left exactly as it was."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -732,3 +733,25 @@ def test_a_runtime_that_moves_to_another_path_within_the_range_stops_before_any_
     )
     assert not (tmp_path / "work" / "ledger.json").exists()
 
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "fragment"),
+    [
+        (errno.ENOSPC, 4, "the disk is full (writing /w/report.json.tmp): free space"),
+        (errno.EROFS, 2, "cannot write /w/report.json.tmp: Read-only file system; use a"),
+        (errno.EACCES, 2, "cannot write /w/report.json.tmp: Permission denied; use a"),
+    ],
+)
+def test_a_full_disk_or_a_read_only_workdir_is_one_line_with_its_exit_code(
+    capsys, code, exit_code, fragment
+):
+    import typer
+
+    from runner.cli import guarded
+
+    with pytest.raises(typer.Exit) as stopped, guarded():
+        raise OSError(code, os.strerror(code), "/w/report.json.tmp")
+
+    assert stopped.value.exit_code == exit_code
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {fragment}") and "unexpected" not in line
