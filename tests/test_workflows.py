@@ -268,3 +268,42 @@ def test_a_rerun_after_pypto_lib_moved_on_resumes_at_the_sessions_first_commit(t
     assert again.returncode == 0, again.stdout
     assert f"pypto-lib at {first}" in again.stdout
     assert _git(lib, "rev-parse", "HEAD") == first != moved
+
+
+def test_an_edited_config_file_starts_a_session_of_its_own(tmp_path, pypto):
+    """Also when it lives in pypto-lib, which a rerun would otherwise roll back unread."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    _git(lib, "init", "-q")
+    config = lib / "bisect-precision.toml"
+    config.write_text("timeout = 600\n")
+    _git(lib, "add", "bisect-precision.toml")
+    _commit(lib, "a config beside the example")
+    first = run_job(tmp_path, pypto, exit_code=0, CONFIG=str(config))
+    same = run_job(tmp_path, pypto, exit_code=0, CONFIG=str(config))
+
+    config.write_text("timeout = 900\n")
+    _git(lib, "commit", "-q", "-am", "a longer timeout")
+    edited = _git(lib, "rev-parse", "HEAD")
+    changed = run_job(tmp_path, pypto, exit_code=0, CONFIG=str(config))
+
+    assert same.workdir() == first.workdir()
+    assert changed.workdir() != first.workdir()
+    assert "pypto-lib at" not in changed.stdout, "not rolled back to the first session's commit"
+    assert _git(lib, "rev-parse", "HEAD") == edited and config.read_text() == "timeout = 900\n"
+
+
+def test_a_new_session_starts_the_same_inputs_over_from_head(tmp_path, pypto):
+    first_head = _git(pypto, "rev-parse", "HEAD")
+    first = run_job(tmp_path, pypto, exit_code=0)
+    newer = _commit(pypto, "a commit that lands after the first session")
+
+    resumed = run_job(tmp_path, pypto, exit_code=0)
+    resumed_argv = (resumed.workdir() / "argv.txt").read_text().splitlines()
+    over = run_job(tmp_path, pypto, exit_code=0, NEW_SESSION="true")
+    argv = (over.workdir() / "argv.txt").read_text().splitlines()
+
+    assert over.workdir() == resumed.workdir() == first.workdir()
+    assert "--new-session" not in resumed_argv
+    assert resumed_argv[resumed_argv.index("--bad") + 1] == first_head
+    assert "--new-session" in argv and argv[argv.index("--bad") + 1] == newer

@@ -5,7 +5,8 @@
 # bisects off one card on this machine, and the tool's exit code becomes an annotation.
 #
 # Environment: PYPTO_DIR LIB_DIR GOOD BAD SCRIPT PLATFORM DEVICE BASE_IMAGE (required);
-# PYPTO_REPOSITORY LIB_REPOSITORY DEVICE_MODE CONFIDENCE REPEAT CONFIG STATE_DIR TOOL (optional);
+# PYPTO_REPOSITORY LIB_REPOSITORY DEVICE_MODE CONFIDENCE REPEAT CONFIG STATE_DIR NEW_SESSION TOOL
+# (optional);
 # GITHUB_OUTPUT GITHUB_STEP_SUMMARY (set by the runner; a file each).
 # Exit: 0 culprit found or inconclusive (a warning), else the tool's exit code.
 set -uo pipefail
@@ -43,10 +44,18 @@ if [ -n "${RUNNER_TEMP:-}" ]; then
     esac
 fi
 
+# The config file's text is an input too (it may live in pypto-lib, which a rerun checks out at
+# the session's first commit): an edited config starts a session of its own instead of being
+# refused by the ledger, or rolled back with pypto-lib and never read.
+config_text=""
+if [ -n "${CONFIG:-}" ] && [ -f "$CONFIG" ]; then
+    config_text="$(sha256sum <"$CONFIG" | cut -c1-16)"
+fi
+
 # The same inputs give the same workdir: a rerun resumes the session its ledger holds.
 key="$(printf '%s\0' "${PYPTO_REPOSITORY:-}" "${LIB_REPOSITORY:-}" "$GOOD" "$BAD" "$SCRIPT" \
     "$PLATFORM" "$DEVICE" "$BASE_IMAGE" "${DEVICE_MODE:-}" "${CONFIDENCE:-}" "${REPEAT:-}" \
-    "${CONFIG:-}" |
+    "${CONFIG:-}" "$config_text" |
     sha256sum | cut -c1-16)"
 workdir="$state/sessions/$key"
 cache="$state/cache"
@@ -58,8 +67,17 @@ mkdir -p "$workdir/logs" "$cache" "$state/locks" || exit 4
 printf '%s\n' "pypto_repository=${PYPTO_REPOSITORY:-}" "lib_repository=${LIB_REPOSITORY:-}" \
     "good=$GOOD" "bad=$BAD" "script=$SCRIPT" "platform=$PLATFORM" "device=$DEVICE" \
     "base_image=$BASE_IMAGE" "device_mode=${DEVICE_MODE:-}" "confidence=${CONFIDENCE:-}" \
-    "repeat=${REPEAT:-}" "config=${CONFIG:-}" >"$workdir/inputs.txt"
+    "repeat=${REPEAT:-}" "config=${CONFIG:-}" "config_sha256=$config_text" >"$workdir/inputs.txt"
 echo "session $key in $workdir (wheel cache $cache)"
+
+# Starting over: the earlier session's ledger and reports are kept by the tool (`--session`),
+# and HEAD and pypto-lib are taken as they are now.
+new_session=false
+if [ "${NEW_SESSION:-false}" = "true" ]; then
+    new_session=true
+    rm -f "$workdir/bad-revision" "$workdir/lib-revision"
+    echo "a new session: the earlier one stays readable with --session"
+fi
 
 # A symbolic bad revision (HEAD, a branch) is resolved once and kept: new commits landing between
 # two reruns must not change the session's inputs, or the ledger would refuse to resume.
@@ -101,6 +119,7 @@ if [ -n "${DEVICE_MODE:-}" ]; then args+=(--device-mode "$DEVICE_MODE"); fi
 if [ -n "${CONFIDENCE:-}" ]; then export BISECT_PRECISION_CONFIDENCE="$CONFIDENCE"; fi
 if [ -n "${REPEAT:-}" ]; then export BISECT_PRECISION_REPEAT="$REPEAT"; fi
 if [ -n "${CONFIG:-}" ]; then args+=(--config "$CONFIG"); fi
+if [ "$new_session" = true ]; then args+=(--new-session); fi
 
 # One bisect per device on this machine, whichever repository or workflow started it.
 if ! command -v flock >/dev/null 2>&1; then
