@@ -495,8 +495,10 @@ class _LogPump(threading.Thread):
     def run(self) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""
-        with self.log_path.open("w", encoding="utf-8") as log:
-            try:
+        try:
+            # A log that cannot be written (a full disk) is the run's error, raised by the
+            # caller as any other: not a traceback from this thread.
+            with self.log_path.open("w", encoding="utf-8") as log:
                 for chunk in self.container.logs(stream=True, follow=True):
                     pending += decoder.decode(chunk)
                     *lines, pending = pending.split("\n")
@@ -505,12 +507,12 @@ class _LogPump(threading.Thread):
                 pending += decoder.decode(b"", final=True)
                 if pending:
                     self._emit(log, pending)
-            except _EchoFailed:
-                pass
-            except Exception as exc:
-                self.stream_error = exc
-            finally:
-                self.wake.set()
+        except _EchoFailed:
+            pass
+        except Exception as exc:
+            self.stream_error = exc
+        finally:
+            self.wake.set()
 
     def _emit(self, log: Any, text: str) -> None:
         self.chunks.append(text)

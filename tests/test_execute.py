@@ -280,6 +280,22 @@ def test_ctrl_c_in_the_main_thread_mid_run_still_removes_the_container(
 
 
 @docker_test
+def test_a_log_that_cannot_be_written_is_the_runs_error_not_a_thread_traceback(
+    docker_client, base_image, tmp_path, monkeypatch
+):
+    """As on a full disk: the log file's error reaches the caller, no thread dies loudly."""
+    died: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: died.append(hook.exc_value))
+    (tmp_path / "log").mkdir()  # the log file's name is taken by a directory
+
+    with pytest.raises(IsADirectoryError):
+        run_container(docker_client, shell(base_image, "echo hi"), log_path=tmp_path / "log")
+
+    assert died == []
+    assert labelled_containers(docker_client) == []
+
+
+@docker_test
 def test_an_image_gone_while_in_use_is_infrastructure_not_bad_input(docker_client, tmp_path):
     """The base image is checked up front; a tool image that vanished was pruned meanwhile."""
     spec = ContainerSpec(image="bisect-precision-no-such-image:latest", command=["true"])
