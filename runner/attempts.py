@@ -671,7 +671,17 @@ class DockerTester:
         job = self._run_job(pypto, simpler, wheels, builders["pypto"], artifacts)
         running = self.executor.run(job)
         builds_done()
-        report = running.result()
+        try:
+            report = running.result()
+        except WheelInstallFailed as exc:
+            wheel = wheels.get(exc.package)
+            if wheel is not None and wheel.from_cache and self.cache.discard_if_damaged(wheel):
+                raise InfrastructureError(
+                    f"the cached {exc.package} wheel of {exc.commit[:12]} was damaged after it "
+                    "was built (its sha256 no longer matches): removed from the cache, it is "
+                    "built again; not a verdict"
+                ) from None
+            raise
         result = report.result
         assert result is not None and report.slot is not None
         record.build_s += report.image_s

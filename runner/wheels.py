@@ -147,6 +147,7 @@ class CacheEntry:
     reason: str
     path: Path
     builder: str | None = None
+    wheel_size: int | None = None  # the wheel's bytes when it was cached
 
 
 def _now() -> datetime:
@@ -159,6 +160,14 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _intact(wheel: Path | None, size: int | None) -> bool:
+    """A cached wheel is there, with the size it was cached with (when that was recorded)."""
+    try:
+        return wheel is not None and (size is None or wheel.stat().st_size == size)
+    except OSError:
+        return False
 
 
 def dir_size(path: Path) -> int:
@@ -328,6 +337,7 @@ class WheelCache:
                 reason=str(data.get("reason", "")),
                 path=path,
                 builder=data.get("builder"),
+                wheel_size=data.get("size") if data.get("wheel") else None,
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -346,8 +356,8 @@ class WheelCache:
             return None
         entry = self._read_entry(key)
         wheel = path / entry.wheel if entry and entry.wheel else None
-        if entry is None or (entry.ok and (wheel is None or not wheel.is_file())):
-            # Half-deleted or corrupt by hand: treat as a miss and let it be rebuilt.
+        if entry is None or (entry.ok and not _intact(wheel, entry.wheel_size)):
+            # Half-deleted, truncated or corrupt by hand: a miss, and it is rebuilt.
             self._discard(path)
             return None
         self._touch(path)
@@ -388,6 +398,21 @@ class WheelCache:
 
     def size(self) -> int:
         return sum(e.size for e in self.entries())
+
+    def discard_if_damaged(self, result: WheelResult) -> bool:
+        """Whether the cached wheel of `result` no longer has the digest recorded when it was
+        cached (a disk error, a hand edit); such an entry is removed, to be built again. A full
+        read of the wheel: called when a wheel fails to install, not on every use."""
+        if result.wheel is None or result.sha256 is None:
+            return False
+        with self.locked(result.key):
+            try:
+                damaged = file_sha256(result.wheel) != result.sha256
+            except OSError:
+                damaged = True
+            if damaged and self.entry_dir(result.key).exists():
+                self._discard(self.entry_dir(result.key))
+        return damaged
 
     # -- removing --------------------------------------------------------------------------
 
