@@ -23,7 +23,7 @@ from typer.main import get_command
 
 from runner import __version__
 from runner.config import load_settings
-from runner.errors import BadInput, BisectError, InfrastructureError
+from runner.errors import BadInput, BisectError, EndpointsDoNotReproduce, InfrastructureError
 
 ERR = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 OUT = Console(highlight=False, soft_wrap=True, markup=False)
@@ -556,13 +556,18 @@ def run(
         console = Console(stderr=True, highlight=False, soft_wrap=True)
         progress = ConsoleProgress(console, quiet=quiet)
         with progress:
-            result = run_bisect(
-                settings,
-                new_session=new_session,
-                events=progress,
-                phase=progress.phase,
-                echo=progress.echo if verbose and not quiet else None,
-            )
+            try:
+                result = run_bisect(
+                    settings,
+                    new_session=new_session,
+                    events=progress,
+                    phase=progress.phase,
+                    echo=progress.echo if verbose and not quiet else None,
+                )
+            except EndpointsDoNotReproduce as stop:
+                if json_out and stop.report is not None:  # CI reads stdout whatever the exit
+                    OUT.print_json(data=stop.report)
+                raise
     if json_out:
         OUT.print_json(data=result.report)
     else:

@@ -19,6 +19,7 @@ class EndpointsDoNotReproduce(BisectError):
     """Known-good is bad or known-bad is good: the environment, not a commit, is suspect."""
 
     exit_code = 3
+    report: dict | None = None  # the report written for the stop (`run --json` prints it)
 
 
 class InfrastructureError(BisectError):

@@ -456,7 +456,7 @@ def run_bisect(
             error = endpoint_error(failure)
             stopped = _stopped_at_endpoint(prepared.good, prepared.commits, str(error))
             wall = ledger.finish_invocation()
-            _write(
+            written = _write(
                 workdir,
                 ledger.document.judged(session.tolerance),
                 stopped,
@@ -464,6 +464,7 @@ def run_bisect(
                 prepared.exporter,
                 wall,
             )
+            error.report = written.report
             raise error from None
         tester.close(cancel=False)  # speculative builds nobody needs now stop here
         wall = ledger.finish_invocation()  # before reading the document: it adds to it

@@ -184,6 +184,7 @@ def test_a_known_good_commit_that_fails_stops_with_exit_3(sample_factory, bisect
     assert len(result.stderr.strip().splitlines()) == 1
     report = json.loads((tmp_path / "work" / "report.json").read_text())
     assert report["exit_code"] == 3 and report["pypto"]["first_bad"] is None
+    assert result.json() == report, "--json prints the report on stdout whatever the exit code"
     steps = report["steps"]
     assert steps and {s["pypto"] for s in steps} == {sample.pypto_shas[6]}, (
         "nothing is bisected once an endpoint fails; only the endpoint is re-run"
