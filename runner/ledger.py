@@ -333,6 +333,8 @@ class Ledger:
     def read(path: Path) -> LedgerDocument:
         """Load a ledger without locking it (status, report): writers only ever swap whole files."""
         path = Path(path)
+        if path.parent.is_file():
+            raise LedgerError(f"--workdir {path.parent} is a file, not a directory")
         if not (path.exists() or path.is_symlink()):
             raise LedgerError(f"no ledger at {path}; start a bisect with this --workdir first")
         return _load(path)

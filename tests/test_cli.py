@@ -166,6 +166,13 @@ def test_a_corrupt_ledger_read_by_another_command_points_at_run_to_start_over(tm
     assert ledger.read_text() == "{ not json"
 
 
+@pytest.mark.parametrize("command", [["status"], ["report"], ["log"], ["reproduce", "001"]])
+def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path, command):
+    (tmp_path / "w").write_text("")
+    result = cli(*command, "--workdir", str(tmp_path / "w"))
+    assert_one_line_error(result, 2, f"--workdir {tmp_path / 'w'} is a file, not a directory")
+
+
 def test_status_without_a_ledger_says_how_to_start(tmp_path):
     assert_one_line_error(cli("status", "--workdir", str(tmp_path)), 2, "run")
 
