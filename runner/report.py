@@ -31,6 +31,8 @@ INTERESTING = re.compile(
 )
 MAX_HUNK_LINES = 200
 PLOT_NAME = "metrics.png"
+# What `write_reports` leaves in a folder (the plot's digest marks it as drawn).
+REPORT_FILES = ("report.json", "report.md", PLOT_NAME, PLOT_NAME + ".sha256")
 
 
 @dataclass

@@ -53,7 +53,7 @@ from runner.ledger import (
     session_name,
 )
 from runner.prepare import Prepared, extra_repos, make_provisioner, prepare
-from runner.report import write_reports
+from runner.report import REPORT_FILES, write_reports
 from runner.search import Verdict
 from runner.session import (
     EndpointFailure,
@@ -304,17 +304,19 @@ def _save_settings(workdir: Path, settings: Settings) -> None:
     os.replace(tmp, path)
 
 
-def _keep_earlier_settings(workdir: Path, backup: Path) -> None:
-    """The earlier session's settings.json goes beside its backup ledger, for `--session`, and
-    its reproductions to that session's folder, where `reproduce --session` puts new ones."""
+def _keep_earlier_session(workdir: Path, backup: Path) -> None:
+    """The earlier session's settings.json goes beside its backup ledger, for `--session`; its
+    reports and reproductions go to that session's folder, where `report --session` and
+    `reproduce --session` write. The workdir's reports, which CI and people read, never
+    describe a session its ledger no longer holds."""
     current = workdir / SETTINGS_NAME
     if current.exists():
         shutil.copy2(current, session_copy(backup, SETTINGS_NAME))
-    reproductions = workdir / "reproductions"
-    if reproductions.is_dir():
-        moved = session_folder(workdir, backup) / "reproductions"
-        moved.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(reproductions, moved)
+    folder = session_folder(workdir, backup)
+    for name in (*REPORT_FILES, RETHRESHOLD_DIR, "reproductions"):
+        if (workdir / name).exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(workdir / name, folder / name)
 
 
 def load_saved_settings(workdir: Path, path: Path | None = None) -> Settings:
@@ -386,7 +388,7 @@ def run_bisect(
         ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session
     ) as ledger:
         if ledger.backup is not None:
-            _keep_earlier_settings(workdir, ledger.backup)
+            _keep_earlier_session(workdir, ledger.backup)
         _save_settings(workdir, settings)
         snapshot(prepared.lib, prepared.lib_digest, workdir)
         ledger.start_invocation(started)

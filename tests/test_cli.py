@@ -376,12 +376,15 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
     judged = [a for a in json.loads(before)["attempts"] if a["verdict"] != "skip"]
     assert cli("reproduce", judged[0]["run_id"], "--workdir", str(workdir)).returncode == 0
     assert (workdir / "reproductions").is_dir()
+    first_report = (workdir / "report.json").read_bytes()
 
     second = cli(*args, "--new-session", "--json")
     assert second.returncode == 0, second.stderr
     (backup,) = workdir.glob("ledger.json.*.bak")
     name = backup.name.split(".")[-2]
     assert not (workdir / "reproductions").exists(), "the earlier session's reproductions moved"
+    # Its reports too, as they were: the workdir's never describe a session it no longer holds.
+    assert (workdir / "sessions" / name / "report.json").read_bytes() == first_report
     assert (workdir / "sessions" / name / "reproductions" / "ledger.json").exists()
     for command in (
         ["status", "--session", name, "--json"],
