@@ -147,6 +147,7 @@ class DockerTester:
         # pypto commits already layered into a test image (see `_run_job`).
         self._layered: set[str] = {a.pypto_sha for a in ledger.document.attempts if a.image_id}
         self._ahead: list[AheadBuild] = []  # finished speculative builds, until recorded
+        self._ahead_images: list[str] = []  # test images layered ahead, until recorded
         self._ahead_lock = threading.Lock()
         rounds = [a.round for a in ledger.document.attempts if a.round is not None]
         self._round = max(rounds, default=0)
@@ -218,7 +219,8 @@ class DockerTester:
         guesses that share a wheel own it once."""
         with self._ahead_lock:
             ahead, self._ahead = self._ahead, []
-        self.ledger.record_ahead(ahead)
+            images, self._ahead_images = self._ahead_images, []
+        self.ledger.record_ahead(ahead, images)
 
     # -- what the session calls ----------------------------------------------------------
 
@@ -417,11 +419,14 @@ class DockerTester:
                     if self._stopping:
                         return
                 scratch = self.workdir / "prefetch"
-                self.executor.run(
+                report = self.executor.run(
                     self._run_job(
                         pypto, simpler, wheels, builders["pypto"], scratch, speculative=True
                     )
                 ).result()
+                if report.image_id:  # (Ray layers where the run lands, not ahead)
+                    with self._ahead_lock:
+                        self._ahead_images.append(report.image_id)
 
     # -- one attempt (a pipeline thread) ---------------------------------------------------
 

@@ -1085,8 +1085,8 @@ def cleanup(
         bool,
         typer.Option(
             "--images",
-            help="Also remove the per-commit test images and their shared layers (a later "
-            "export or reproduce layers them again).",
+            help="Also remove the per-commit test images and their shared layers (`reproduce` "
+            "layers an attempt's image again; `export` it after that).",
         ),
     ] = False,
     builders: Annotated[
@@ -1099,8 +1099,8 @@ def cleanup(
         Path | None,
         typer.Option(
             metavar="DIR",
-            help="With --images: only the test images this workdir's sessions recorded, and the "
-            "layers no other image is made on.",
+            help="With --images: only the test images this workdir's sessions made (those "
+            "layered ahead of need too), and the layers no other image is made on.",
         ),
     ] = None,
 ) -> None:
@@ -1155,7 +1155,9 @@ def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
         raise BadInput(f"no ledger in {workdir}: give the --workdir of a bisect")
     ids: list[str] = []
     for ledger in [*earlier_sessions(path).values(), path]:
-        ids += [a.image_id for a in Ledger.read(ledger).attempts if a.image_id]
+        document = Ledger.read(ledger)
+        ids += [a.image_id for a in document.attempts if a.image_id]
+        ids += document.ahead_images
     return list(dict.fromkeys(ids))
 
 

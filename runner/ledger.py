@@ -161,6 +161,8 @@ class LedgerDocument(_Strict):
     attempts: list[Attempt] = []
     invocations: list[Invocation] = []
     ahead: list[AheadBuild] = []  # builds made ahead of need (cache hits of later attempts)
+    # Test images layered ahead of need, by id: `cleanup --images --workdir` removes them too.
+    ahead_images: list[str] = []
     # Attempts kept for the record but no longer counted: skips for sources the checkout lacked
     # then and holds now (`Ledger.supersede`).
     superseded: list[str] = []
@@ -376,12 +378,19 @@ class Ledger:
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
         return self._document.find(pypto_sha, simpler_sha)
 
-    def record_ahead(self, builds: list[AheadBuild]) -> None:
-        """Keep the speculative builds that finished, for the build counts of the report."""
+    def record_ahead(self, builds: list[AheadBuild], images: Sequence[str] = ()) -> None:
+        """Keep the speculative builds that finished, for the build counts of the report, and
+        the test images layered ahead, for `cleanup`."""
         self._require_open()
-        if not builds:
+        fresh = [i for i in dict.fromkeys(images) if i not in self._document.ahead_images]
+        if not builds and not fresh:
             return
-        candidate = self._document.model_copy(update={"ahead": [*self._document.ahead, *builds]})
+        candidate = self._document.model_copy(
+            update={
+                "ahead": [*self._document.ahead, *builds],
+                "ahead_images": [*self._document.ahead_images, *fresh],
+            }
+        )
         _atomic_write(self._path, _serialize(candidate))
         self._document = candidate
 

@@ -654,14 +654,15 @@ def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
     workdir = tmp_path / "work"
     args = run_args(sample, workdir, tmp_path / "cache", "--base-image", f"{repository}:base")
+    # Examples long enough for the builds ahead to layer test images that no test may use.
+    args += ["--run-env", "SAMPLE_RUN_SECONDS=3"]
     try:
         first = cli(*args)
         assert first.returncode == 0, first.stderr
-        recorded = {
-            a["image_id"]
-            for a in json.loads((workdir / "ledger.json").read_text())["attempts"]
-            if a["image_id"]
-        }
+        ledger = json.loads((workdir / "ledger.json").read_text())
+        recorded = {a["image_id"] for a in ledger["attempts"] if a["image_id"]}
+        assert ledger["ahead_images"], "images layered ahead are recorded too"
+        recorded |= set(ledger["ahead_images"])
         made = {image.id for image in docker_client.images.list(filters={"label": f"{LABEL}=1"})}
         on_base = {
             i.id

@@ -890,3 +890,17 @@ def test_resuming_on_other_cards_keeps_every_verdict(ledger_path: Path, tmp_path
     other = make_inputs(tmp_path, devices=["0"], platform="a5")
     with pytest.raises(LedgerError, match="belongs to another session"):
         Ledger.open(ledger_path, other, tool_version="0.1.0")
+
+
+def test_images_layered_ahead_are_kept_once_each_and_older_ledgers_have_none(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record_ahead([], ["sha256:" + "a" * 64, "sha256:" + "b" * 64])
+        ledger.record_ahead([], ["sha256:" + "a" * 64])  # layered ahead again, then used
+    assert Ledger.read(ledger_path).ahead_images == ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
+
+    data = json.loads(ledger_path.read_text())
+    del data["ahead_images"]  # as an earlier version wrote it
+    ledger_path.write_text(json.dumps(data))
+    assert Ledger.read(ledger_path).ahead_images == []
