@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,6 +72,8 @@ TASK_RETRIES = 2  # Ray's own retries of a task whose node or worker died
 STARVED_S = 60.0  # how long a task may wait while no live node could ever take it
 _POLL_S = 2.0
 _CANCEL_GRACE_S = 30.0  # how long an interrupted driver waits for its tasks to clean up
+_LOG_BATCH = 64  # log lines a node sends the driver at once (--verbose) ...
+_LOG_FLUSH_S = 0.5  # ... or after this long
 NODE_DIR_ENV = "BISECT_NODE_DIR"  # read on the nodes; not a driver setting
 _PROBE = ".ray-driver-{token}"  # in the cache dir: a node that sees it shares the driver's disk
 
@@ -114,6 +116,7 @@ class _BuildOnNode:
     builder: Builder | None
     ccache_dir: str
     committed: int | None = None  # the commit's time, the build's SOURCE_DATE_EPOCH
+    log: Any = None  # the driver's log queue (--verbose): the build's lines go there
 
 
 @dataclass
@@ -126,6 +129,7 @@ class _Built:
 class _RunOnNode:
     job: RunJob
     files: dict[str, list[Any]]  # driver path -> [ObjectRef of its bytes or tarball]
+    log: Any = None  # the driver's log queue (--verbose): the layering's and the run's lines
 
 
 @dataclass
@@ -143,6 +147,49 @@ def node_name() -> str:
     import ray
 
     return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
+
+
+class _Lines:
+    """A task's log lines for the driver (--verbose), sent through its queue (a Ray actor) in
+    batches: when `_LOG_BATCH` lines are waiting or `_LOG_FLUSH_S` has passed, the rest when the
+    task ends. A log line is never worth failing a task for: a send that fails is dropped."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.prefix = f"[{node_name()}] "
+        self.pending: list[str] = []
+        self.sent = time.monotonic()
+        self.lock = threading.Lock()  # Docker's log streams may call from several threads
+
+    def __call__(self, line: str) -> None:
+        with self.lock:
+            self.pending.append(self.prefix + line.rstrip("\n"))
+            if len(self.pending) >= _LOG_BATCH or time.monotonic() - self.sent >= _LOG_FLUSH_S:
+                self._send()
+
+    def close(self) -> None:
+        with self.lock:
+            self._send()
+
+    def _send(self) -> None:
+        if self.pending:
+            with contextlib.suppress(Exception):
+                self.queue.put_nowait_batch(self.pending)
+        self.pending = []
+        self.sent = time.monotonic()
+
+
+@contextlib.contextmanager
+def _streamed(queue: Any) -> Iterator[Callable[[str], None] | None]:
+    """The echo a node task streams its logs with, None when the driver is not listening."""
+    if queue is None:
+        yield None
+        return
+    lines = _Lines(queue)
+    try:
+        yield lines
+    finally:
+        lines.close()
 
 
 def _node_root() -> Path:
@@ -222,17 +269,19 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
         cache = WheelCache(_node_root() / "wheels")
         ccache = _node_root() / "ccache" / task.package
     ccache.mkdir(parents=True, exist_ok=True)
-    result = build_wheel(
-        client,
-        cache,
-        task.package,
-        task.commit,
-        lambda dest: _unpack(task, dest),
-        task.settings,
-        ccache_dir=ccache,
-        builder=builder,
-        parallel=max(2, (os.cpu_count() or 2) // max(1, int(_node_cpus()))),
-    )
+    with _streamed(task.log) as echo:
+        result = build_wheel(
+            client,
+            cache,
+            task.package,
+            task.commit,
+            lambda dest: _unpack(task, dest),
+            task.settings,
+            ccache_dir=ccache,
+            builder=builder,
+            parallel=max(2, (os.cpu_count() or 2) // max(1, int(_node_cpus()))),
+            echo=echo,
+        )
     entry = None if shared else tar_directory(cache.entry_dir(result.key))
     return _Built(result=result, entry=entry)
 
@@ -295,7 +344,10 @@ def run_on_ray_node(task: _RunOnNode, settings: NodeSettings) -> _Ran:
             pip_wheel=local(job.pip_wheel, "wheel"),
             run=replace(job.run, lib_dir=local(job.run.lib_dir, "lib"), artifacts_dir=artifacts),
         )
-        report = run_on_node(client, here, lambda: slot, lambda _slot: None, threading.Event())
+        with _streamed(task.log) as echo:
+            report = run_on_node(
+                client, here, lambda: slot, lambda _slot: None, threading.Event(), echo=echo
+            )
         facts = {**host_facts(), "base_image_id": job.base_image_id}
         return _Ran(report=report, artifacts=tar_directory(artifacts), facts=facts)
     finally:
@@ -377,6 +429,15 @@ class RayExecutor(Executor):
         else:
             run_resources = {"num_cpus": 0, "resources": {NPU: settings.cards_per_test}}
         self._run_task = ray.remote(run_on_ray_node).options(**run_resources, **retries)
+        self._log: Any = None  # the queue the nodes stream logs into (--verbose)
+        self._drainer: threading.Thread | None = None
+        self._tasks_over = threading.Event()  # every driver thread is done: drain, then stop
+        if echo is not None:
+            from ray.util.queue import Queue
+
+            self._log = Queue(actor_options={"num_cpus": 0})
+            self._drainer = threading.Thread(target=self._drain, name="ray-logs", daemon=True)
+            self._drainer.start()
 
     @classmethod
     def connect(
@@ -528,6 +589,11 @@ class RayExecutor(Executor):
         # Every driver thread must be out of Ray's calls before it shuts down (a thread still in
         # ray.wait then crashed the process); with cancel they give up within one poll.
         self._threads.shutdown(wait=True, cancel_futures=True)
+        self._tasks_over.set()
+        if self._drainer is not None:
+            self._drainer.join()  # it drains what the last tasks sent, then stops
+            with contextlib.suppress(Exception):
+                self._log.shutdown()
         with contextlib.suppress(OSError):
             Path(self.settings.probe).unlink()
         if self.client is not None:
@@ -538,6 +604,18 @@ class RayExecutor(Executor):
                 self.ray.shutdown()
 
     # -- driver threads --------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Echo the lines the nodes stream (--verbose) until the executor closes."""
+        while True:
+            closing = self._tasks_over.is_set()
+            with contextlib.suppress(Exception):
+                waiting = self._log.qsize()
+                for line in self._log.get_nowait_batch(waiting) if waiting else ():
+                    self.echo(line)
+            if closing:
+                return
+            time.sleep(0.2)
 
     def _build(self, job: BuildJob, key: str) -> WheelResult:
         hit = self.cache.lookup(
@@ -556,6 +634,7 @@ class RayExecutor(Executor):
             builder=job.builder,
             ccache_dir=str(job.ccache_dir),
             committed=exported.committed if isinstance(exported, ExportResult) else None,
+            log=None if job.speculative else self._log,
         )
         built: _Built = self._wait(
             self._build_task.remote(task, self.settings),
@@ -593,7 +672,7 @@ class RayExecutor(Executor):
                 files[str(path)] = self._shipped(path, directory=False)
         files[str(job.run.lib_dir)] = self._shipped(job.run.lib_dir, directory=True)
         ran: _Ran = self._wait(
-            self._run_task.remote(_RunOnNode(job=job, files=files), self.settings),
+            self._run_task.remote(_RunOnNode(job=job, files=files, log=self._log), self.settings),
             f"the example run of {job.pypto[:12]}",
             key=None,
         )

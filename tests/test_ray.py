@@ -86,7 +86,7 @@ def recorded(work: Path) -> list[dict]:
         return []
 
 
-def in_process_executor(cluster, cache: Path, **node: object) -> RayExecutor:
+def in_process_executor(cluster, cache: Path, echo=None, **node: object) -> RayExecutor:
     """This test process as the driver, with the settings of the CLI tests (NPU, /dev/null)."""
     import ray
 
@@ -108,6 +108,7 @@ def in_process_executor(cluster, cache: Path, **node: object) -> RayExecutor:
         NodeSettings(**settings),
         owns_connection=True,
         starved_s=starved,
+        echo=echo,
     )
 
 
@@ -115,6 +116,16 @@ def run_id_of(container: dict) -> str:
     """The attempt an example container runs: its run folder is mounted at /bisect/run."""
     mount = next(m for m in container["Mounts"] if m["Destination"] == RUN_MOUNT)
     return Path(mount["Source"]).name
+
+
+def eventually(check, seconds: float = 10.0) -> bool:
+    """Streamed lines reach the driver a moment after the task that sent them ends."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def culprits(report: dict) -> tuple:
@@ -289,7 +300,8 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
     settings = BuildSettings(
         base_image=BASE_IMAGE, base_image_id=docker_client.images.get(BASE_IMAGE).id
     )
-    executor = in_process_executor(ray_cluster, cache, shared=False)
+    lines: list[str] = []  # --verbose: the nodes' logs stream to the driver
+    executor = in_process_executor(ray_cluster, cache, echo=lines.append, shared=False)
     try:
         assert len(executor.slots) == 2
         job = BuildJob(
@@ -302,6 +314,7 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
         )
         wheel = executor.build(job).result(timeout=300)
         assert wheel.ok and not wheel.from_cache, wheel.reason
+        assert eventually(lambda: any(".whl" in line for line in lines)), lines
         assert wheel.wheel is not None and wheel.wheel.is_relative_to(cache / "wheels")
         assert executor.build(job).result(timeout=60).from_cache, "built once, then the cache"
 
@@ -338,6 +351,10 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
     assert report.slot is not None and report.slot.node.split("/")[-1] in workers
     assert report.slot.device == "0"
     assert {"kernel", "driver", "npu_smi", "base_image_id"} <= set(report.facts)
+    node = report.slot.node
+    ran = [line for line in lines if line.startswith(f"[{node}] [RUN] PASS")]
+    assert ran, "the run's output, named by its node"
+    assert all(line.startswith(f"[{node.split('/')[0]}/") for line in lines)
 
 
 @pytest.mark.timeout(120)
