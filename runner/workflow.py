@@ -359,7 +359,11 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
 def _unblock(attempt: Attempt) -> str:
     """What lets an endpoint that could not be tested run after all."""
     if attempt.reason.startswith("build failed"):
-        return "fix its build (its build tools: --build-pin; the log says what failed)"
+        # New build tools are new settings: the session they judge is a new one.
+        return (
+            "fix its build (the log says what failed; other build tools: --build-pin, with "
+            "--new-session)"
+        )
     return "fix what stopped it (see the log)"
 
 

@@ -1091,7 +1091,10 @@ def test_a_lie_that_sends_the_search_into_a_bump_is_undone_by_the_joint_chain(sa
 @pytest.mark.parametrize(
     ("reason", "advice"),
     [
-        ("build failed: pypto (no matching distribution for scikit-build-core)", "--build-pin"),
+        (
+            "build failed: pypto (no matching distribution for scikit-build-core)",
+            "other build tools: --build-pin, with --new-session",
+        ),
         ("crashed: Segmentation fault", "fix what stopped it (see the log)"),
     ],
 )
