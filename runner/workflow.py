@@ -537,6 +537,8 @@ def replay(
         )
     if cache_dir is None:
         cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
+    elif not cache_dir.expanduser().is_dir():  # a typo: reading must not make a new cache
+        raise BadInput(f"--cache-dir {cache_dir}: no such directory")
     history = History(Path(inputs.pypto_repo))
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)

@@ -173,6 +173,21 @@ def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path, command):
     assert_one_line_error(result, 2, f"--workdir {tmp_path / 'w'} is a file, not a directory")
 
 
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_a_mistyped_cache_dir_of_a_reading_command_is_refused_not_created(tmp_path, command):
+    from runner.ledger import Ledger
+    from tests.test_ledger import make_inputs
+
+    with Ledger.open(tmp_path / "w" / "ledger.json", make_inputs(tmp_path), tool_version="0"):
+        pass
+    typo = tmp_path / "cahce"
+
+    result = cli(command, "--workdir", str(tmp_path / "w"), "--cache-dir", str(typo))
+
+    assert_one_line_error(result, 2, f"--cache-dir {typo}: no such directory")
+    assert not typo.exists()
+
+
 def test_status_without_a_ledger_says_how_to_start(tmp_path):
     assert_one_line_error(cli("status", "--workdir", str(tmp_path)), 2, "run")
 
