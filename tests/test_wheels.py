@@ -160,24 +160,23 @@ def test_a_wheel_is_built_once_and_then_comes_from_the_cache(
 
 @pytest.mark.docker
 def test_a_cached_wheel_damaged_on_disk_is_never_used_and_is_built_again(
-    docker_client: docker.DockerClient,
-    cache: WheelCache,
-    settings: BuildSettings,
-    ccache_dir: Path,
+    docker_client: docker.DockerClient, cache: WheelCache, settings: BuildSettings, tmp_path: Path
 ) -> None:
     source = simpler_source()
-    built = build_wheel(
-        docker_client, cache, "simpler", "d" * 40, source, settings, ccache_dir=ccache_dir
-    )
+
+    def build() -> WheelResult:
+        return build_wheel(
+            docker_client, cache, "simpler", "d" * 40, source, settings, ccache_dir=tmp_path
+        )
+
+    built = build()
     assert built.ok and built.wheel is not None, built.reason
     data = built.wheel.read_bytes()
 
     # Truncated: its size says so at once, and the next build makes it again.
     built.wheel.write_bytes(data[:600])
     assert cache.lookup("simpler", "d" * 40, settings) is None
-    again = build_wheel(
-        docker_client, cache, "simpler", "d" * 40, source, settings, ccache_dir=ccache_dir
-    )
+    again = build()
     assert again.ok and not again.from_cache and again.wheel.read_bytes() == data
 
     # The same size, other bytes: only its digest tells, read when it fails to install.
@@ -185,9 +184,7 @@ def test_a_cached_wheel_damaged_on_disk_is_never_used_and_is_built_again(
     hit = cache.lookup("simpler", "d" * 40, settings)
     assert hit is not None and cache.discard_if_damaged(hit)
     assert cache.lookup("simpler", "d" * 40, settings) is None
-    intact = build_wheel(
-        docker_client, cache, "simpler", "d" * 40, source, settings, ccache_dir=ccache_dir
-    )
+    intact = build()
     assert not cache.discard_if_damaged(intact) and intact.wheel.is_file()
 
 
