@@ -66,10 +66,12 @@ def unused_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_driver(sample, work: Path, cache: Path, cluster) -> subprocess.Popen:
+def start_driver(
+    sample, work: Path, cache: Path, cluster, output: str = "--json"
+) -> subprocess.Popen:
     """`run --executor ray` in the background, each example taking RUN_SECONDS."""
     args = run_args(sample, work, cache, "--executor", "ray", "--ray-address", cluster.address)
-    args += ["--run-env", f"SAMPLE_RUN_SECONDS={RUN_SECONDS}", "--json"]
+    args += ["--run-env", f"SAMPLE_RUN_SECONDS={RUN_SECONDS}", output]
     return subprocess.Popen(
         [sys.executable, "-m", "runner.cli", *args],
         stdout=subprocess.PIPE,
@@ -458,10 +460,12 @@ def test_an_interrupted_ray_driver_says_so_and_leaves_no_container_on_any_node(
 ):
     """Ctrl-C (or a CI runner's SIGTERM) while examples run on the workers: exit 130 with the
     tool's own line, and the nodes' containers removed before the driver goes (Ray's fatal-signal
-    handler used to dump a stack and kill the driver with 15 or 134)."""
+    handler used to dump a stack and kill the driver with 15 or 134). With --verbose the nodes'
+    logs stream to the driver until then."""
     sample = sample_factory(TWO_LEVEL)
     work = tmp_path / "work"
-    driver = start_driver(sample, work, ray_cache, ray_cluster)
+    output = "--verbose" if signal_number == signal.SIGINT else "--json"
+    driver = start_driver(sample, work, ray_cache, ray_cluster, output)
     nodes = os.environ[NODE_DIR_ENV]  # where this cluster's nodes run examples from
 
     def ours() -> list[str]:
@@ -492,6 +496,10 @@ def test_an_interrupted_ray_driver_says_so_and_leaves_no_container_on_any_node(
     assert err.strip().splitlines()[-1].startswith("interrupted:"), err
     assert "SIGTERM received" not in err and "PC: @" not in err
     assert ours() == [], "the interrupted run's containers were left on the nodes"
+    if output == "--verbose":
+        workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+        streamed = [line for line in err.splitlines() if line.startswith("[")]
+        assert any(line.split("]")[0].split("/")[-1] in workers for line in streamed), err
 
 
 @pytest.mark.docker
