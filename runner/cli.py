@@ -1145,10 +1145,15 @@ def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
     from runner.ledger import Ledger, earlier_sessions
     from runner.workflow import ledger_path
 
-    if not images or builders:
+    if builders:
         raise BadInput(
             "--workdir limits --images to one workdir's test images; builders are shared by "
             "every workdir: give --images without --builders"
+        )
+    if not images:
+        raise BadInput(
+            "--workdir limits --images to one workdir's test images: add --images (containers "
+            "left by killed runs go with `cleanup` alone)"
         )
     path = ledger_path(workdir.resolve())
     if not path.is_file():

@@ -188,6 +188,15 @@ def test_a_mistyped_cache_dir_of_a_reading_command_is_refused_not_created(tmp_pa
     assert not typo.exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "advice"),
+    [([], "add --images (containers"), (["--images", "--builders"], "without --builders")],
+)
+def test_cleanup_of_one_workdir_says_what_it_needs(tmp_path, flags, advice):
+    result = cli("cleanup", *flags, "--workdir", str(tmp_path))
+    assert_one_line_error(result, 2, "--workdir limits --images", advice)
+
+
 def test_status_without_a_ledger_says_how_to_start(tmp_path):
     assert_one_line_error(cli("status", "--workdir", str(tmp_path)), 2, "run")
 
