@@ -60,13 +60,23 @@ _STAGES: dict[str, int] = {"pypto": 0, "split": 1, "simpler": 2, "drift": 3}
 
 
 class Pending(Exception):
-    """Raised by a replaying tester: the bisect needs a test the ledger does not hold yet."""
+    """Raised by a replaying tester: the bisect needs a test the ledger does not hold yet (and,
+    in a round of several devices, `also` these pairs with it)."""
 
-    def __init__(self, level: Level, pypto: str, simpler: str | None) -> None:
-        super().__init__(f"{level} test of {pypto[:12]} with simpler {(simpler or 'none')[:12]}")
+    def __init__(
+        self,
+        level: Level,
+        pypto: str,
+        simpler: str | None,
+        also: Sequence[tuple[str, str | None]] = (),
+    ) -> None:
+        pairs = [(pypto, simpler), *also]
+        named = " and ".join(f"{p[:12]} with simpler {(s or 'none')[:12]}" for p, s in pairs)
+        super().__init__(f"{level} test{'s' if also else ''} of {named}")
         self.level = level
         self.pypto = pypto
         self.simpler = simpler
+        self.also = tuple(also)
 
 
 class Tester(Protocol):

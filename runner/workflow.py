@@ -488,10 +488,20 @@ def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome
 
 
 class _LedgerOnly:
-    """A tester that never runs anything: replay stops where the ledger ends."""
+    """A tester that never runs anything: replay stops where the ledger ends, at the round the
+    session's devices would run next."""
+
+    def __init__(self, parallel: int = 1) -> None:
+        self.parallel = parallel
 
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
         raise Pending(level, pypto, simpler)
+
+    def test_round(self, requests: Sequence[Request], done: object = None) -> list[Attempt]:
+        first, *rest = requests
+        pair = (first.pypto, first.simpler)
+        also = [(r.pypto, r.simpler) for r in rest if (r.pypto, r.simpler) != pair]
+        raise Pending(first.level, *pair, list(dict.fromkeys(also)))
 
 
 @dataclass
@@ -542,7 +552,8 @@ def replay(
     history = History(Path(inputs.pypto_repo))
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
-    session = _session(history, exporter, _LedgerOnly(), document.find_all, inputs, settings)
+    tester = _LedgerOnly(parallel=max(1, len(inputs.devices)))
+    session = _session(history, exporter, tester, document.find_all, inputs, settings)
     failure = None
     try:
         outcome = session.run()

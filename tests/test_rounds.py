@@ -290,3 +290,32 @@ def test_on_two_devices_an_untestable_candidate_is_not_tried_again(sample_factor
     untestable = [t for t in tester.tested if tester.truth(*t[1:]).value == "skip"]
     # One try of the broken simpler commit, whichever pypto commit pinned or carried it.
     assert len(untestable) == 1, untestable
+
+
+def test_a_replay_names_the_whole_round_the_devices_would_run_next(sample_factory):
+    """What `status` says comes next after an interrupted run on two devices: both picks of
+    the round the resumed run takes, not one plain bisection step."""
+    from runner.history import History, pointer_states
+    from runner.session import Pending, Session
+    from runner.workflow import _LedgerOnly
+
+    sample = sample_factory(
+        SampleSpec(**{**SMALL, "pypto_commits": 26}, bumps=((4, 4),), pypto_regression_at=17)
+    )
+    _, full = bisect(sample, tester=RoundTester(sample, parallel=2))
+    kept = full.attempts[: sum(len(r) for r in full.rounds[:2])]  # stopped after two rounds
+    replay = Session(
+        History(sample.pypto),
+        _LedgerOnly(parallel=2),
+        lambda p, s: [a for a in kept if (a.pypto_sha, a.simpler_sha) == (p, s)],
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    )
+
+    pending = replay.run().pending
+
+    assert isinstance(pending, Pending)
+    named = {(pending.pypto, pending.simpler), *pending.also}
+    assert named == {(p, s) for _, p, s in full.rounds[2]} and len(named) == 2
+    assert str(pending).startswith("pypto tests of ")
