@@ -31,6 +31,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -444,6 +445,12 @@ class Settings(BaseSettings):
         """pypto's CI ring sizes stay unless overridden; an empty value removes a variable."""
         merged = {**DEFAULT_RUN_ENV, **{k: str(v) for k, v in value.items()}}
         return {key: text for key, text in merged.items() if text != ""}
+
+    @field_serializer("run_env")
+    def _run_env_removals(self, value: dict[str, str]) -> dict[str, str]:
+        """A default removed by "" stays removed when the settings are saved and read back
+        (settings.json, for `reproduce` and `export`): the validator merges the defaults in."""
+        return {**value, **{key: "" for key in DEFAULT_RUN_ENV if key not in value}}
 
     @field_validator("timeout", "build_timeout")
     @classmethod

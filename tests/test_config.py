@@ -415,3 +415,15 @@ def test_a_table_key_with_a_plain_value_is_refused_even_when_a_flag_gives_the_ta
     for flags in ({}, {"run_env": {"UX_RUN_SECONDS": "5"}}):
         with pytest.raises(BadInput, match=r"run_env: expected a table"):
             load_settings(flags, config)
+
+
+def test_a_run_env_default_removed_stays_removed_when_the_settings_are_saved_and_read_back():
+    """settings.json is what `reproduce` and `export` run with: a removed PTO2_RING_HEAP came
+    back from the defaults there, and the reproduction ran in another environment."""
+    removed = load_settings({"run_env": {"PTO2_RING_HEAP": "", "EXTRA": "1"}})
+    again = Settings.model_validate_json(removed.model_dump_json())
+
+    assert "PTO2_RING_HEAP" not in again.run_env and again.run_env["EXTRA"] == "1"
+    assert again.run_env == removed.run_env and again.run_digest() == removed.run_digest()
+    plain = load_settings({})
+    assert Settings.model_validate_json(plain.model_dump_json()).run_env == plain.run_env
