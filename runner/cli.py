@@ -1099,8 +1099,9 @@ def cleanup(
         Path | None,
         typer.Option(
             metavar="DIR",
-            help="With --images: only the test images this workdir's sessions made (those "
-            "layered ahead of need too), and the layers no other image is made on.",
+            help="With --images: only the test images this workdir's sessions made or used "
+            "(shared with other workdirs that tested the same pairs), those layered ahead of "
+            "need too, and the layers no other image is made on.",
         ),
     ] = None,
 ) -> None:
@@ -1142,7 +1143,7 @@ def cleanup(
 
 def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
     """The test images every session of ``workdir`` recorded (`cleanup --workdir`)."""
-    from runner.ledger import Ledger, earlier_sessions
+    from runner.ledger import Ledger, earlier_sessions, in_use
     from runner.workflow import ledger_path
 
     if builders:
@@ -1158,6 +1159,10 @@ def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
     path = ledger_path(workdir.resolve())
     if not path.is_file():
         raise BadInput(f"no ledger in {workdir}: give the --workdir of a bisect")
+    if in_use(path):
+        raise BadInput(
+            f"a run holds {workdir} now and uses its test images: clean up after it ends"
+        )
     ids: list[str] = []
     for ledger in [*earlier_sessions(path).values(), path]:
         document = Ledger.read(ledger)

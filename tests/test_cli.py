@@ -197,6 +197,15 @@ def test_cleanup_of_one_workdir_says_what_it_needs(tmp_path, flags, advice):
     assert_one_line_error(result, 2, "--workdir limits --images", advice)
 
 
+def test_cleanup_of_a_workdir_a_run_holds_is_refused(tmp_path):
+    from runner.ledger import Ledger
+    from tests.test_ledger import make_inputs
+
+    with Ledger.open(tmp_path / "w" / "ledger.json", make_inputs(tmp_path), tool_version="0"):
+        result = cli("cleanup", "--images", "--workdir", str(tmp_path / "w"))
+    assert_one_line_error(result, 2, "a run holds", "clean up after it ends")
+
+
 def test_status_without_a_ledger_says_how_to_start(tmp_path):
     assert_one_line_error(cli("status", "--workdir", str(tmp_path)), 2, "run")
 
