@@ -672,7 +672,7 @@ def status(
     # Stopped at an endpoint, nothing was bisected: its range says nothing.
     for level in data["levels"] if data["endpoint_failure"] is None else []:
         left, steps = level["remaining"], level["steps_left"]
-        about = f"about {steps} step{'s' if steps != 1 else ''} left"
+        about = f"about {steps} step{'s' if steps != 1 else ''} left" if steps else "done"
         if level.get("likeliest") is not None:
             # The confidence search: a flaky record has no plain good/bad bounds to show.
             held = level["holding_99"]

@@ -393,6 +393,13 @@ def _environment(doc: LedgerDocument) -> dict[str, Any]:
     }
 
 
+# Keys whose value is not what their name suggests at first sight (report.json keeps the keys).
+_FINGERPRINT_NAMES = {
+    "base_image_id": "base image the tests run on (id)",
+    "base_image_tag": "image the base image tag names now (id)",
+}
+
+
 def _environment_lines(data: dict[str, Any]) -> list[str]:
     if not data["latest"] and not data["changes"]:
         return []
@@ -405,7 +412,8 @@ def _environment_lines(data: dict[str, Any]) -> list[str]:
         lines += ["No change of the environment fingerprint during the session.", ""]
     lines += ["| fingerprint | latest value |", "|---|---|"]
     for key, value in data["latest"].items():
-        lines.append(f"| {key} | `{str(value).replace('|', '/')[:100]}` |")
+        name = _FINGERPRINT_NAMES.get(key, key)
+        lines.append(f"| {name} | `{str(value).replace('|', '/')[:100]}` |")
     return [*lines, ""]
 
 

@@ -74,6 +74,7 @@ def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisec
     assert report["environment"]["changes"] == []
     md = (tmp_path / "work" / "report.md").read_text()
     assert sample.pypto_shas[5] in md and "git bisect start" in md
+    assert "| image the base image tag names now (id) | `sha256:" in md, "not a tag: an id"
 
 
 def test_a_regression_in_a_simpler_commit_inside_a_bump_is_found_at_the_simpler_commit(
@@ -395,6 +396,7 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert status.json()["levels"][0]["likeliest"] == sample.pypto_shas[5]
     shown = cli("status", "--workdir", str(workdir)).stdout
     assert f"pypto level: likeliest first bad {sample.pypto_shas[5][:12]} (" in shown, shown
+    assert shown.splitlines()[0].endswith(" runs, done"), "not 'about 0 steps left'"
     report = cli("report", "--workdir", str(workdir), "--json")
     assert report.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
     log = cli("log", "--workdir", str(workdir))
