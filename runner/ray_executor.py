@@ -73,7 +73,7 @@ STARVED_S = 60.0  # how long a task may wait while no live node could ever take 
 _POLL_S = 2.0
 _CANCEL_GRACE_S = 30.0  # how long an interrupted driver waits for its tasks to clean up
 _LOG_BATCH = 64  # log lines a node sends the driver at once (--verbose) ...
-_LOG_FLUSH_S = 0.5  # ... or after this long
+_LOG_FLUSH_S = 0.5  # ... or what it has every this long
 NODE_DIR_ENV = "BISECT_NODE_DIR"  # read on the nodes; not a driver setting
 _PROBE = ".ray-driver-{token}"  # in the cache dir: a node that sees it shares the driver's disk
 
@@ -151,32 +151,41 @@ def node_name() -> str:
 
 class _Lines:
     """A task's log lines for the driver (--verbose), sent through its queue (a Ray actor) in
-    batches: when `_LOG_BATCH` lines are waiting or `_LOG_FLUSH_S` has passed, the rest when the
-    task ends. A log line is never worth failing a task for: a send that fails is dropped."""
+    batches: when `_LOG_BATCH` lines are waiting, else every `_LOG_FLUSH_S` (a line the example
+    prints before minutes of silence must not wait for the next one), the rest when the task
+    ends. A log line is never worth failing a task for: a send that fails is dropped."""
 
     def __init__(self, queue: Any) -> None:
         self.queue = queue
         self.prefix = f"[{node_name()}] "
         self.pending: list[str] = []
-        self.sent = time.monotonic()
         self.lock = threading.Lock()  # Docker's log streams may call from several threads
+        self.done = threading.Event()
+        self.ticker = threading.Thread(target=self._tick, name="log-lines", daemon=True)
+        self.ticker.start()
 
     def __call__(self, line: str) -> None:
         with self.lock:
             self.pending.append(self.prefix + line.rstrip("\n"))
-            if len(self.pending) >= _LOG_BATCH or time.monotonic() - self.sent >= _LOG_FLUSH_S:
+            if len(self.pending) >= _LOG_BATCH:
                 self._send()
 
     def close(self) -> None:
+        self.done.set()
+        self.ticker.join()
         with self.lock:
             self._send()
+
+    def _tick(self) -> None:
+        while not self.done.wait(_LOG_FLUSH_S):
+            with self.lock:
+                self._send()
 
     def _send(self) -> None:
         if self.pending:
             with contextlib.suppress(Exception):
                 self.queue.put_nowait_batch(self.pending)
         self.pending = []
-        self.sent = time.monotonic()
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -475,31 +476,46 @@ def test_an_interrupted_ray_driver_says_so_and_leaves_no_container_on_any_node(
             if any(str(m["Source"]).startswith(nodes) for m in c["Mounts"])
         ]
 
+    workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
+    lines: list[str] = []  # the driver's stderr as it comes
+
+    def read() -> None:
+        assert driver.stderr is not None
+        for line in driver.stderr:
+            lines.append(line)
+
+    def streamed() -> bool:
+        """A line of a node's log reached the driver (names its node: `[host/node] ...`)."""
+        return any(line.split("]")[0].split("/")[-1] in workers for line in list(lines))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 300
         while driver.poll() is None and time.monotonic() < deadline:
             examples = docker_client.api.containers(
                 filters={"label": [f"{LABEL}=1", f"{KIND_LABEL}=example"]}
             )
-            if any(c["Labels"][OWNER_LABEL].split(":")[0] for c in examples) and ours():
+            running = any(c["Labels"][OWNER_LABEL].split(":")[0] for c in examples) and ours()
+            # With --verbose the example's first lines stream while it runs, within a second.
+            if running and (output != "--verbose" or streamed()):
                 break
             time.sleep(0.2)
         assert driver.poll() is None, "the bisect ended before an example ran on a node"
         driver.send_signal(signal_number)
-        _out, err = driver.communicate(timeout=120)
+        driver.wait(timeout=120)
     finally:
         if driver.poll() is None:
             driver.kill()
-            driver.communicate()
+            driver.wait()
+    reader.join(timeout=30)
+    err = "".join(lines)
 
     assert driver.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("interrupted:"), err
     assert "SIGTERM received" not in err and "PC: @" not in err
     assert ours() == [], "the interrupted run's containers were left on the nodes"
-    if output == "--verbose":
-        workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
-        streamed = [line for line in err.splitlines() if line.startswith("[")]
-        assert any(line.split("]")[0].split("/")[-1] in workers for line in streamed), err
+    assert streamed() == (output == "--verbose"), err
 
 
 @pytest.mark.docker
