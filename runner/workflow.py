@@ -596,6 +596,14 @@ def rewrite_reports(
                 f"these thresholds need tests the ledger lacks: `run` with them would test next "
                 f"the {pending}"
             )
+        bad = state.document.inputs.bad
+        ends = [a for a in state.document.counted() if a.pypto_sha == bad and a.level == "pypto"]
+        if ends and all(a.verdict is Verdict.GOOD for a in ends):
+            # Each of its runs is within the limits: `run` would re-test it, then stop (exit 3).
+            state.outcome.notes.append(
+                f"under these thresholds the known-bad commit {bad[:12]} passes (all "
+                f"{len(ends)} of its runs): they find no regression in this range"
+            )
     out = state.workdir
     if session is not None:
         out = session_folder(out, earlier_session(ledger_path(out), session))

@@ -541,6 +541,16 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     assert (workdir / "rethreshold" / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     figures = again.json()["figures"]["pypto"]
     assert [p["index"] for p in figures] == sorted(p["index"] for p in figures)
+    # Limits under which even the known-bad commit passes find no regression: said so.
+    lenient = [*rule, "--max-abs-diff", "1", "--max-rel-diff", "1e9", "--max-mismatch-ratio", "1"]
+    nothing = cli(*lenient, env=no_docker)
+    assert nothing.returncode == 0, nothing.stderr
+    bad = sample.pypto_shas[-1][:12]
+    assert any(
+        note.startswith(f"under these thresholds the known-bad commit {bad} passes")
+        for note in nothing.json()["notes"]
+    ), nothing.json()["notes"]
+    assert not any("known-bad commit" in n and "passes" in n for n in again.json()["notes"])
 
 
 def test_a_base_image_retagged_mid_session_is_warned_about_at_once_and_reported(
