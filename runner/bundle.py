@@ -17,6 +17,7 @@ import json
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -92,11 +93,16 @@ def _test_image(client: docker.DockerClient, attempt: Attempt, base_image_id: st
 
 
 def export_attempt(
-    workdir: Path, run_id: str, destination: Path, session: str | None = None
+    workdir: Path,
+    run_id: str,
+    destination: Path,
+    session: str | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> Bundle:
-    """Write the bundle of attempt `run_id` of the session in `workdir` into `destination`."""
+    """Write the bundle of attempt `run_id` of the session in `workdir` into `destination`
+    (`note` hears which attempt a SHA took, see `find_recorded`)."""
     workdir = workdir.expanduser().resolve()
-    recorded = find_recorded(workdir, run_id, session)
+    recorded = find_recorded(workdir, run_id, session, note)
     document, attempt = recorded.document, recorded.attempt
     if attempt.image_id is None:
         raise BadInput(

@@ -902,12 +902,12 @@ def reproduce(
     from runner.workflow import reproduce as reproduce_run
 
     with guarded():
-        _say_which(workdir, config, run_id, session)
         original, again = reproduce_run(
             _workdir(workdir, config),
             run_id,
             echo=(lambda line: ERR.print(line.rstrip())) if verbose else None,
             session=session,
+            note=ERR.print,
         )
     OUT.print(f"recorded:   {original.verdict.value} {original.reason} ({original.run_id})")
     OUT.print(
@@ -918,15 +918,6 @@ def reproduce(
     same = original.verdict == again.verdict
     OUT.print("the verdict reproduces" if same else "the verdict does NOT reproduce")
     raise typer.Exit(0 if same else 1)
-
-
-def _say_which(workdir: Path | None, config: Path | None, run_id: str, session: str | None) -> None:
-    """A SHA may name several attempts (a re-tested boundary): say which one is taken."""
-    from runner.workflow import find_recorded
-
-    choice = find_recorded(_workdir(workdir, config).expanduser(), run_id, session).choice()
-    if choice is not None:
-        ERR.print(choice, markup=False)
 
 
 def _size(text: str) -> int:
@@ -1186,8 +1177,7 @@ def export_bundle(
     from runner.bundle import export_attempt
 
     with guarded():
-        _say_which(workdir, config, run_id, session)
-        bundle = export_attempt(_workdir(workdir, config), run_id, to, session)
+        bundle = export_attempt(_workdir(workdir, config), run_id, to, session, ERR.print)
     attempt = bundle.attempt
     OUT.print(f"exported {attempt.run_id} ({attempt.verdict.value} {attempt.reason}) to {to}")
     OUT.print(f"image: {bundle.image_bytes / 1e6:.1f} MB gzipped; reproduce with: {to}/run.sh")

@@ -635,22 +635,17 @@ class Recorded:
     settings: Path | None  # None = the workdir's own settings.json
     document: LedgerDocument
     attempt: Attempt
-    others: tuple[str, ...] = ()  # run ids of the other attempts a SHA named; `attempt` is the last
-
-    def choice(self) -> str | None:
-        """What to tell a user whose SHA named several attempts, None when it named one."""
-        if not self.others:
-            return None
-        sha = self.attempt.pypto_sha[:12]
-        return (
-            f"pypto {sha} has {len(self.others) + 1} recorded attempts; taking the latest, "
-            f"{self.attempt.run_id} (name another by its run id: {', '.join(self.others)})"
-        )
 
 
-def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Recorded:
-    """A run id, or a pypto SHA (prefix; see `LedgerDocument.select`), looked up in the current
-    session, then the earlier ones (run ids are unique across them), or only in `session`."""
+def find_recorded(
+    workdir: Path,
+    run_id: str,
+    session: str | None = None,
+    note: Callable[[str], None] | None = None,
+) -> Recorded:
+    """A run id, or a pypto SHA (prefix; see `LedgerDocument.named`), looked up in the current
+    session, then the earlier ones (run ids are unique across them), or only in `session`. A SHA
+    that names several attempts (a re-tested boundary) takes the latest, and `note` says so."""
     current = ledger_path(workdir)
     if session is not None:
         ledgers = [(earlier_session(current, session), True)]
@@ -661,9 +656,15 @@ def find_recorded(workdir: Path, run_id: str, session: str | None = None) -> Rec
         document = Ledger.read(path)
         named = document.named(run_id)
         if named:
+            *others, latest = named
+            if others and note is not None:
+                note(
+                    f"pypto {latest.pypto_sha[:12]} has {len(named)} recorded attempts; taking "
+                    f"the latest, {latest.run_id} (name another by its run id: "
+                    f"{', '.join(a.run_id for a in others)})"
+                )
             settings = session_copy(path, SETTINGS_NAME) if backup else None
-            others = tuple(a.run_id for a in named[:-1])
-            return Recorded(path, settings, document, named[-1], others)
+            return Recorded(path, settings, document, latest)
     raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
 
 
@@ -703,14 +704,16 @@ def reproduce(
     run_id: str,
     echo: Callable[[str], None] | None = None,
     session: str | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> tuple:
     """Run a recorded attempt again in a fresh container; returns (original, new attempt).
 
     The attempt is looked up in the current session, then in the earlier ones (run ids are
-    unique across them), or only in ``session``; it is rebuilt with its own session's settings.
+    unique across them), or only in ``session`` (`find_recorded`, which tells `note` which
+    attempt a SHA took); it is rebuilt with its own session's settings.
     """
     workdir = workdir.expanduser().resolve()
-    recorded = find_recorded(workdir, run_id, session)
+    recorded = find_recorded(workdir, run_id, session, note)
     original = recorded.attempt
     settings = load_saved_settings(workdir, recorded.settings)
     inputs = recorded.document.inputs
