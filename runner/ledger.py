@@ -214,11 +214,6 @@ class LedgerDocument(_Strict):
             if attempt.pypto_sha == pypto_sha and attempt.simpler_sha == simpler_sha
         ]
 
-    def select(self, run_id: str) -> Attempt | None:
-        """The attempt a user names (see `named`): the latest of those it names."""
-        named = self.named(run_id)
-        return named[-1] if named else None
-
     def named(self, run_id: str) -> list[Attempt]:
         """The attempts a user names: by run id, else by a pypto SHA (prefix). A SHA names that
         commit's own attempts, the pypto level's (its verdict in the bisect) before those of

@@ -854,12 +854,12 @@ def test_a_sha_names_its_commits_own_verdict_and_an_ambiguous_prefix_is_refused(
         ledger.record(make_attempt("r3", culprit, sha("s0"), Verdict.GOOD, level="simpler"))
     doc = Ledger.read(ledger_path)
 
-    assert doc.select("r3").run_id == "r3"
-    assert doc.select("ab12").run_id == "r1", "the commit's own verdict, not a later level's"
-    assert doc.select("AB34").run_id == "r2"
-    assert doc.select("ffff") is None and doc.select("") is None
+    assert [a.run_id for a in doc.named("r3")] == ["r3"]
+    assert [a.run_id for a in doc.named("ab12")] == ["r1"], "the commit's own verdict first"
+    assert [a.run_id for a in doc.named("AB34")] == ["r2"]
+    assert doc.named("ffff") == [] and doc.named("") == []
     with pytest.raises(BadInput, match="matches several commits"):
-        doc.select("ab")
+        doc.named("ab")
 
 
 def test_limits_judge_an_attempt_from_its_figures_and_keep_the_examples_word():
