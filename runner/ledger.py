@@ -333,7 +333,7 @@ class Ledger:
         if path.parent.is_file():
             raise LedgerError(f"--workdir {path.parent} is a file, not a directory")
         if not (path.exists() or path.is_symlink()):
-            raise LedgerError(f"no ledger at {path}; start a bisect with this --workdir first")
+            raise LedgerError(f"no ledger at {path}: start a bisect with `run` (or pass --workdir)")
         return _load(path)
 
     @property

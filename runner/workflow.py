@@ -532,8 +532,6 @@ def replay(
     if session is not None:
         path = earlier_session(path, session)
         saved = session_copy(path, SETTINGS_NAME)
-    if not path.exists() and not workdir.is_file():  # (a file: `Ledger.read` says so)
-        raise BadInput(f"no ledger at {path}: start a bisect with `run` (or pass --workdir)")
     document = Ledger.read(path)
     inputs = document.inputs
     settings = _settings_or_none(workdir, saved)
