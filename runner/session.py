@@ -657,18 +657,21 @@ class Session:
         observations: Mapping[int, Sequence[Verdict]] | None = None,
         *,
         testing: Sequence[int] | None = None,
+        certain: Sequence[int] = (),
     ) -> None:
         """While this round runs, build what the next two rounds may test: the next round's
         picks for each outcome of this one (most likely first), then the round after those.
 
         `observations`: an assumed record (default: the real one). `testing`: what runs now,
         when `picks` is a round still to come: then `picks` itself is built ahead, first.
+        `certain`: tests due before `picks` whatever this round gives (an endpoint still to
+        check), built ahead before anything else.
         """
         prefetch = getattr(self.tester, "prefetch", None)
         if prefetch is None:
             return
         pair = self._pair(result)
-        ahead = picks if testing is not None else ()
+        ahead = [*certain, *picks] if testing is not None else list(certain)
         wanted: list[tuple[str, str | None]] = [pair(result.candidates[i]) for i in ahead]
         states: list[tuple[Mapping[int, Sequence[Verdict]], tuple[int, ...]]] = [
             (result.observations if observations is None else observations, tuple(picks))
@@ -1412,14 +1415,17 @@ class Session:
 
         def run(picks: Sequence[int]) -> None:
             tested = [ends[i][0] for i in picks]
+            # With one device the other endpoint follows: it is built ahead first.
+            due = [i for i in range(len(ends)) if i not in picks and state(i) is None]
             # The endpoints usually hold: build the first bisect round ahead meanwhile.
             assumed = {i: list(v) for i, v in first.observations.items()}
-            for i in picks:
+            for i in [*picks, *due]:
                 assumed.setdefault(ends[i][0], []).append(ends[i][1])
             with contextlib.suppress(ValueError):
                 step = self._picks(first, assumed)
-                if isinstance(step, Test):
-                    self._prefetch(first, step.indices, assumed, testing=tested)
+                following = step.indices if isinstance(step, Test) else ()
+                certain = [ends[i][0] for i in due]
+                self._prefetch(first, following, assumed, testing=tested, certain=certain)
             self._steps(first, pair, tested)
 
         self._until_settled(len(ends), lambda i: state(i) is not None, run, holds)

@@ -196,6 +196,24 @@ def test_while_the_endpoints_are_checked_the_first_bisect_round_is_built_ahead(
     assert len(tester.prefetched) == len(tester.rounds)  # every round, the checks included
 
 
+def test_on_one_device_the_bad_end_is_built_ahead_first_while_the_good_end_runs(
+    sample_factory,
+):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 16}, bumps=((4, 4),), pypto_regression_at=11)
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=1)
+
+    bisect(sample, tester=tester)
+
+    good, bad = sample.pypto_shas[0], sample.pypto_shas[-1]
+    assert [p for _, p, _ in tester.rounds[0]] == [good]
+    assert [p for _, p, _ in tester.rounds[1]] == [bad]
+    guesses = tester.prefetched[0]
+    assert guesses[0] == (bad, sample.gitlink(16))  # due whatever the good end gives
+    # then the first bisect round, as the guesses given while the bad end runs lead with
+    assert guesses[1] == tester.prefetched[1][0]
+
+
 def test_a_cached_neighbour_of_the_pivot_is_tested_when_it_costs_no_worst_case_step(
     sample_factory,
 ):
