@@ -349,6 +349,16 @@ class Split:
 
 
 @dataclass
+class _Chain:
+    """A joint chain (see `Session._joint`) and how its links map back to both levels."""
+
+    result: LevelResult
+    links: list[list[tuple[str, str | None]]]
+    origin: list[int]  # the pypto candidate each link's hypothesis blames
+    at_state: dict[int, int]  # link -> simpler state index
+
+
+@dataclass
 class Outcome:
     source: Source
     pypto: LevelResult
@@ -457,13 +467,17 @@ class Session:
             self._gitlinks[commit] = self.history.gitlink(commit, self.path)
         return self._gitlinks[commit]
 
-    def _recorded(self, stage: Level, pypto: str, simpler: str | None) -> list[Attempt]:
-        """The attempts the ledger holds for a pair, from this stage and the ones before it."""
+    def _recorded(
+        self, stage: Level, pypto: str, simpler: str | None, *, used: bool = True
+    ) -> list[Attempt]:
+        """The attempts the ledger holds for a pair, from this stage and the ones before it;
+        `used`: the session counts them as evidence (not when it only plans ahead)."""
         limit = _STAGES[stage]
         seen = []
         for attempt in self.lookup(pypto, simpler):
             if _STAGES.get(attempt.level, 99) <= limit:
-                self._saw(attempt)
+                if used:
+                    self._saw(attempt)
                 seen.append(attempt)
         return seen
 
@@ -691,11 +705,53 @@ class Session:
                         for index in step.indices:
                             wanted.append(pair(result.candidates[index]))
                         following.append((fantasy, step.indices))
+                    elif isinstance(step, Descend):
+                        wanted += self._descent_guesses(result, step.index, fantasy)
             states = following
         seen: set[tuple[str, str | None]] = set()
         ordered = [p for p in wanted if not (p in seen or seen.add(p))]
         now = picks if testing is None else testing
         prefetch(ordered, [pair(result.candidates[index]) for index in now])
+
+    def _descent_guesses(
+        self, first: LevelResult, c: int, observations: Mapping[int, Sequence[Verdict]]
+    ) -> list[tuple[str, str | None]]:
+        """What the descent into the bump at `c` tests first, had the pypto level seen
+        `observations`: the split's halves when the bump changes code too, then the joint
+        chain's first round, assuming that the pointer move carries the regression."""
+        parent, culprit = first.candidates[c - 1], first.candidates[c]
+        change = self.history.classify(culprit, self.path)
+        if change.old is None or change.new is None:
+            return []
+        try:
+            _direction, states = self._states(change.old, change.new)
+        except BisectError:
+            return []
+        halves: list[tuple[str, str | None]] = []
+        split = None
+        if change.kind == "pointer-and-code":
+            halves = [(parent, change.new), (culprit, change.old)]
+            split = Split(Verdict.BAD, Verdict.GOOD, "pointer", anchor=culprit)
+        chain = self._joint_chain(first, c, c, change, culprit, states, split)
+        level = {(commit, self.gitlink(commit)): i for i, commit in enumerate(first.candidates)}
+        runs: dict[int, list[Verdict]] = {}
+        for k, pairs in enumerate(chain.links):
+            for link in dict.fromkeys(pairs):
+                if link in level:
+                    seen = list(observations.get(level[link], []))
+                else:
+                    recorded = self._recorded("simpler", *link, used=False)
+                    seen = [self.verdict(a) for a in recorded]
+                if seen:
+                    runs.setdefault(k, []).extend(seen)
+        try:
+            step = self._picks(chain.result, runs)
+        except ValueError:
+            return halves
+        if not isinstance(step, Test):
+            return halves
+        pairs = chain.result.pairs or {}
+        return halves + [pairs[chain.result.candidates[i]] for i in step.indices]
 
     def _bisect(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
         if self.repeat is not None:
@@ -968,6 +1024,54 @@ class Session:
             if found is None:
                 return outcome
             states = found
+        built = self._joint_chain(first, c, lo, change, anchor, states, outcome.split)
+        chain, links, origin, at_state = built.result, built.links, built.origin, built.at_state
+        self._chain = chain
+        second = None
+        if anchor is not None:
+            second = LevelResult(
+                "simpler", states, anchor=anchor, repeat=self.repeat, policy=self.policy
+            )
+            outcome.simpler = second
+            outcome.source = "simpler"
+            self.events.level_started(
+                "simpler",
+                len(states) - 1,
+                f"simpler states {outcome.direction} with pypto at {anchor[:12]}, checked with "
+                "the pypto level's runs",
+            )
+        for k, pairs in enumerate(links):
+            for pair in dict.fromkeys(pairs):
+                seen = self._recorded("simpler", *pair)
+                if seen:  # (with fixed repeats, a commit with an entry is one short of runs)
+                    self._count(chain, k, seen)
+        reused = sum(
+            a.level == "simpler"
+            for pair in {pair for pairs in links for pair in pairs}
+            for a in self.lookup(*pair)
+        )
+        if reused:  # (the pypto level said how many of its own it reused)
+            self.events.note(f"{reused} simpler verdicts reused from the ledger")
+        try:
+            self._bisect(chain, self._pair(chain))
+        finally:
+            self._project(chain, first, second, origin, at_state)
+        return self._joint_outcome(chain, first, second, outcome, origin, at_state, links)
+
+    def _joint_chain(
+        self,
+        first: LevelResult,
+        c: int,
+        lo: int,
+        change: Change,
+        anchor: str | None,
+        states: Sequence[str],
+        split: Split | None,
+    ) -> _Chain:
+        """The joint chain of `_joint` for the bump at `c` (``lo..c`` for a stretch), its
+        runs not counted yet."""
+        parent, culprit = first.candidates[c - 1], first.candidates[c]
+        assert change.old is not None
         links: list[list[tuple[str, str | None]]] = [
             [(commit, self.gitlink(commit))] for commit in first.candidates[:lo]
         ]
@@ -977,7 +1081,7 @@ class Session:
         # they walk the range in order): a state inside blames the first bump that reaches it,
         # unless only the last bump's code with the new pointer fails (an interaction).
         reach: dict[int, int] = {}
-        if states and not (outcome.split is not None and outcome.split.carrier == "interaction"):
+        if states and not (split is not None and split.carrier == "interaction"):
             # (from the last down: the earliest commit naming a state, one that changes nothing
             # else, keeps it)
             for k in range(c - 1, lo - 1, -1):
@@ -986,7 +1090,7 @@ class Session:
         # Their own runs are the anchor's when it has their code (not the last bump's new code).
         same_code = change.kind == "pointer-only" or anchor == parent
         if anchor is None:
-            if outcome.split is not None and outcome.split.code_half is not Verdict.SKIP:
+            if split is not None and split.code_half is not Verdict.SKIP:
                 links.append([(culprit, change.old)])
                 origin.append(c)
         else:
@@ -1023,7 +1127,7 @@ class Session:
         # a plain run is often a step or two short of its worst case, and a default session
         # should stay within 3 tests of the plain run of the same history too.
         plain = 2 + bisection_steps(len(first.candidates)) + bisection_steps(len(states))
-        chain = LevelResult(
+        result = LevelResult(
             "simpler",
             labels,
             anchor=anchor,
@@ -1031,37 +1135,7 @@ class Session:
             pairs={label: pairs[0] for label, pairs in zip(labels, links, strict=True)},
             plain=plain,
         )
-        self._chain = chain
-        second = None
-        if anchor is not None:
-            second = LevelResult(
-                "simpler", states, anchor=anchor, repeat=self.repeat, policy=self.policy
-            )
-            outcome.simpler = second
-            outcome.source = "simpler"
-            self.events.level_started(
-                "simpler",
-                len(states) - 1,
-                f"simpler states {outcome.direction} with pypto at {anchor[:12]}, checked with "
-                "the pypto level's runs",
-            )
-        for k, pairs in enumerate(links):
-            for pair in dict.fromkeys(pairs):
-                seen = self._recorded("simpler", *pair)
-                if seen:  # (with fixed repeats, a commit with an entry is one short of runs)
-                    self._count(chain, k, seen)
-        reused = sum(
-            a.level == "simpler"
-            for pair in {pair for pairs in links for pair in pairs}
-            for a in self.lookup(*pair)
-        )
-        if reused:  # (the pypto level said how many of its own it reused)
-            self.events.note(f"{reused} simpler verdicts reused from the ledger")
-        try:
-            self._bisect(chain, self._pair(chain))
-        finally:
-            self._project(chain, first, second, origin, at_state)
-        return self._joint_outcome(chain, first, second, outcome, origin, at_state, links)
+        return _Chain(result, links, origin, at_state)
 
     def _project(
         self,

@@ -214,6 +214,39 @@ def test_on_one_device_the_bad_end_is_built_ahead_first_while_the_good_end_runs(
     assert guesses[1] == tester.prefetched[1][0]
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"bumps": ((4, 4), (12, 9)), "simpler_regression_at": 7},
+        {
+            "bumps": ((4, 4), (12, 9)),
+            "code_with_bump": frozenset({12}),
+            "simpler_regression_at": 7,
+        },
+    ],
+    ids=["pointer-bump", "code-bump"],
+)
+def test_the_first_round_inside_a_bump_is_built_ahead_while_the_pypto_level_ends(
+    sample_factory, extra
+):
+    spec = SampleSpec(**{**SMALL, "pypto_commits": 16, "simpler_commits": 12}, **extra)
+    sample = sample_factory(spec)
+    tester = RoundTester(sample, parallel=1)
+
+    outcome, _ = bisect(sample, tester=tester)
+
+    assert outcome.simpler_culprit == sample.simpler_shas[7]
+    levels = [r[0][0] for r in tester.rounds]
+    inside = levels.index("simpler")  # the chain's first round (after the split's halves)
+    assert levels[inside - 1] != "simpler"
+    guessed = [pair for guesses in tester.prefetched[:inside] for pair in guesses]
+    first = [(p, s) for _, p, s in tester.rounds[inside]]
+    assert set(first) <= set(guessed)
+    if spec.code_with_bump:
+        halves = [(p, s) for r in tester.rounds if r[0][0] == "split" for _, p, s in r]
+        assert len(halves) == 2 and set(halves) <= set(guessed)
+
+
 def test_a_cached_neighbour_of_the_pivot_is_tested_when_it_costs_no_worst_case_step(
     sample_factory,
 ):
