@@ -72,6 +72,14 @@ class RunSettings:
 # Builds ahead start only while the median example run lasts at least this share of the
 # median wheel build (see `DockerTester._worth_guessing`).
 GUESS_RUN_SHARE = 0.5
+# A guess under way yields its build slot to a likelier one while it has run less than this
+# share of the median wheel build (see `DockerTester._yielding`).
+YIELD_SHARE = 0.5
+
+
+def _wheels(pairs: Collection[tuple[str, str | None]]) -> set[tuple[str, str]]:
+    """The (package, commit) wheels that test `pairs` needs."""
+    return {("pypto", p) for p, _ in pairs} | {("simpler", s) for _, s in pairs if s is not None}
 
 
 class DockerTester:
@@ -316,11 +324,11 @@ class DockerTester:
         with self._ahead_cond:
             # No guess starts before that round's builds are asked for (test_round, next).
             self._announced = time.monotonic() if testing else None
-        self.executor.drop_guesses(
-            {("pypto", p) for p, _ in keep} | {("simpler", s) for _, s in keep if s is not None}
-        )
+        kept = _wheels(keep) - self._yielding(pairs, testing)
+        self.executor.drop_guesses(kept)
         with self._ahead_cond:
-            self._prefetched &= keep  # a cancelled guess may be wanted again later
+            # A cancelled guess may be wanted again later.
+            self._prefetched = {p for p in self._prefetched & keep if _wheels([p]) <= kept}
             self._wanted = [pair for pair in pairs if pair not in self._prefetched]
             if self._ahead_worker is None:
                 self._ahead_worker = threading.Thread(
@@ -329,6 +337,55 @@ class DockerTester:
                 self._ahead_worker.start()
             self._ahead_cond.notify_all()
             return len(self._wanted)
+
+    def _yielding(
+        self,
+        pairs: Sequence[tuple[str, str | None]],
+        testing: Collection[tuple[str, str | None]],
+    ) -> set[tuple[str, str]]:
+        """Guessed builds that give their build slots to a likelier pair still waiting.
+
+        Guesses take the build slots in the order of the list they came from, but a round's
+        outcome reorders the list: a guess two rounds ahead, from an earlier round's list, may
+        now hold the slot the next test's wheel needs, and finish after the example that wants
+        it. Queued ones of pairs further down the list go back to wait for their turn; running
+        ones early in their build (under `YIELD_SHARE` of a typical one) are stopped when the
+        free slots are too few. Either is built again in its turn if it is still wanted.
+        """
+        if not self.executor.guesses_compete:
+            return set()
+        guesses = self.executor.guesses()
+        waiting = next(
+            (
+                i
+                for i, pair in enumerate(pairs)
+                if pair not in self._prefetched and not self.cached(*pair)
+            ),
+            None,
+        )
+        if not guesses or waiting is None:
+            return set()
+        protected = _wheels([*pairs[: waiting + 1], *testing])
+        queued = {w for w, seconds in guesses.items() if seconds is None and w not in protected}
+        missing = _wheels([pairs[waiting]]) - self._built - guesses.keys()
+        free = self.executor.build_jobs - self.executor.busy_builds() + len(queued)
+        typical = statistics.median(self._build_times) if self._build_times else None
+
+        def rank(wheel: tuple[str, str]) -> int:
+            return next((i for i, pair in enumerate(pairs) if wheel in _wheels([pair])), len(pairs))
+
+        early = sorted(
+            (
+                wheel
+                for wheel, seconds in guesses.items()
+                if wheel not in protected
+                and seconds is not None
+                and (typical is None or seconds < YIELD_SHARE * typical)
+            ),
+            key=rank,
+            reverse=True,
+        )
+        return queued | set(early[: max(0, len(missing) - free)])
 
     def _guess_may_start(self) -> bool:
         """A free build slot and nothing a test waits for under way (called under the

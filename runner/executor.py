@@ -198,6 +198,12 @@ class Executor(ABC):
         capacity nobody asked for."""
         return None
 
+    def guesses(self) -> dict[tuple[str, str], float | None]:
+        """Speculative builds queued (None) or under way (seconds since each started), by
+        (package, commit), where they hold build slots a likelier guess could use
+        (`guesses_compete`)."""
+        return {}
+
     def __enter__(self) -> Executor:
         return self
 
@@ -295,6 +301,7 @@ class _Queued:
     shared: SharedBuild = field(compare=False)
     cancel: threading.Event = field(compare=False, default_factory=threading.Event)
     started: bool = field(compare=False, default=False)
+    started_at: float = field(compare=False, default=0.0)  # monotonic, once started
 
 
 class LocalExecutor(Executor):
@@ -410,6 +417,15 @@ class LocalExecutor(Executor):
         queued = any(q.priority == _NEEDED for q in self._queue)
         return queued or self._running_needed > 0 or self._imaging > 0
 
+    def guesses(self) -> dict[tuple[str, str], float | None]:
+        now = time.monotonic()
+        with self._lock:
+            return {
+                (q.job.package, q.job.commit): now - q.started_at if q.started else None
+                for q in self._by_key.values()
+                if q.job.speculative and not q.cancel.is_set()
+            }
+
     def drop_guesses(self, keep: Collection[tuple[str, str]]) -> None:
         wanted = set(keep)
         with self._lock:
@@ -463,6 +479,7 @@ class LocalExecutor(Executor):
                     return
                 queued = heapq.heappop(self._queue)
                 queued.started = True
+                queued.started_at = time.monotonic()
                 self._running += 1
                 needed = queued.priority == _NEEDED
                 self._running_needed += needed

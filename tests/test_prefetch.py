@@ -134,3 +134,27 @@ def test_a_guess_building_that_no_longer_may_be_tested_is_cancelled(guessing: Gu
     assert ("pypto", pairs[0][0]) not in built and ("simpler", pairs[0][1]) not in built
     assert pypto_builds(guessing.cache) == [pairs[3][0]]
     assert not list(guessing.cache.tmp_dir.iterdir()), "a cancelled build left its directory"
+
+
+def test_a_likelier_guess_takes_the_build_slot_of_one_further_down_the_list(
+    guessing: Guessing,
+) -> None:
+    tester, executor, pairs = guessing.tester, guessing.executor, guessing.pairs
+    assert pairs[0][1] != pairs[3][1]  # no wheel in common
+    tester.prefetch(pairs[:1])
+    wait_for(
+        lambda: any(seconds is not None for seconds in executor.guesses().values()),
+        60,
+        "no guess started",
+    )
+    # A round's outcome puts another pair first: the guess under way gives up the one slot,
+    # and is built again in its turn.
+    assert tester.prefetch([pairs[3], pairs[0]]) == 2
+    wait_for(
+        lambda: tester.cached(*pairs[0]) and tester.cached(*pairs[3]) and settled(tester, executor),
+        300,
+        "the guesses never finished",
+    )
+
+    assert pypto_builds(guessing.cache) == [pairs[3][0], pairs[0][0]]
+    assert not list(guessing.cache.tmp_dir.iterdir()), "a stopped build left its directory"
