@@ -390,16 +390,19 @@ class DockerTester:
     def _guess_may_start(self) -> bool:
         """A free build slot and nothing a test waits for under way (called under the
         condition's lock)."""
-        if self.executor.guesses_compete and (self._tests_busy() or not self._worth_guessing()):
+        if self.executor.guesses_compete and (
+            self._tests_busy(images=False) or not self._worth_guessing()
+        ):
             return False
         return self.executor.busy_builds() < self.executor.build_jobs
 
-    def _tests_busy(self) -> bool:
-        """Whether a test's own work is under way: its builds, its test image, or a round just
-        announced. Where guesses compete with it (`Executor.guesses_compete`), neither a guessed
-        build nor a guessed test image starts meanwhile (called under the condition's lock)."""
+    def _tests_busy(self, images: bool = True) -> bool:
+        """Whether a test's own work is under way: its builds, its test image (unless not
+        `images`), or a round just announced. Where guesses compete with it
+        (`Executor.guesses_compete`), no guessed build starts meanwhile, nor a guessed test
+        image while the test's is being made (called under the condition's lock)."""
         announced = self._announced is not None and time.monotonic() - self._announced < 2.0
-        return announced or self._preparing > 0 or self.executor.needed_busy()
+        return announced or self._preparing > 0 or self.executor.needed_busy(images)
 
     def _worth_guessing(self) -> bool:
         """Whether examples run long enough to hide builds ahead: a guess starts while the

@@ -186,9 +186,9 @@ class Executor(ABC):
     def close(self, *, cancel: bool) -> None:
         """Stop accepting work; with `cancel`, drop queued work and stop running containers."""
 
-    def needed_busy(self) -> bool:
-        """Whether work a test waits for (a build, a test image) is under way, when
-        `guesses_compete`."""
+    def needed_busy(self, images: bool = True) -> bool:
+        """Whether work a test waits for (a build; a test image, unless not `images`) is under
+        way, when `guesses_compete`."""
         return False
 
     def drop_guesses(self, keep: Collection[tuple[str, str]]) -> None:
@@ -409,13 +409,13 @@ class LocalExecutor(Executor):
     def retire(self, slot: Slot, reason: str) -> None:
         self._pool.retire(slot, reason)
 
-    def needed_busy(self) -> bool:
+    def needed_busy(self, images: bool = True) -> bool:
         with self._lock:
-            return self._needed_busy()
+            return self._needed_busy(images)
 
-    def _needed_busy(self) -> bool:
+    def _needed_busy(self, images: bool = True) -> bool:
         queued = any(q.priority == _NEEDED for q in self._queue)
-        return queued or self._running_needed > 0 or self._imaging > 0
+        return queued or self._running_needed > 0 or (images and self._imaging > 0)
 
     def guesses(self) -> dict[tuple[str, str], float | None]:
         now = time.monotonic()
@@ -516,8 +516,12 @@ class LocalExecutor(Executor):
             return False
         if self._queue[0].priority == _NEEDED:
             return self._running_needed < self._jobs
-        # A guess waits for needed work to finish: it would slow exactly what a test waits for.
-        return self._running < self._jobs and not (self.guesses_compete and self._needed_busy())
+        # A guess waits for needed builds to finish: it would slow exactly what a test waits
+        # for. Not for a test image: mostly the engine's I/O, it leaves a core to the guess,
+        # which then is ready that much sooner for the round after.
+        return self._running < self._jobs and not (
+            self.guesses_compete and self._needed_busy(images=False)
+        )
 
     def _run_worker(self, job: RunJob, future: Future[RunReport]) -> None:
         try:

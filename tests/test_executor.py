@@ -168,6 +168,36 @@ def test_a_needed_build_joins_a_speculative_one_already_running(docker_client, s
     assert guessed.from_cache and guessed.wheel == built.wheel
 
 
+def test_a_guess_starts_while_a_tests_image_is_made_but_not_beside_its_builds(
+    docker_client, settings, tmp_path
+):
+    cache = WheelCache(tmp_path / "wheels")
+    started: list[str] = []
+    with LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=2) as executor:
+        needed = executor.build(
+            job("pypto", "f" * 40, sleeper(2, started, "f"), settings, tmp_path)
+        )
+        time.sleep(0.5)
+        guess = executor.build(
+            job("pypto", "e" * 40, sleeper(0, started, "e"), settings, tmp_path, speculative=True)
+        )
+        needed.result(timeout=600), guess.result(timeout=600)
+        assert started == ["f", "e"]  # the guess waited for the test's build
+        with executor._lock:
+            executor._imaging += 1  # a test's image is being made, as `run` counts it
+        try:
+            assert executor.needed_busy() and not executor.needed_busy(images=False)
+            source = sleeper(0, started, "g")
+            later = executor.build(
+                job("pypto", "g" * 40, source, settings, tmp_path, speculative=True)
+            )
+            assert later.result(timeout=120).ok
+        finally:
+            with executor._lock:
+                executor._imaging -= 1
+    assert started == ["f", "e", "g"]
+
+
 def test_closing_stops_speculative_builds_and_caches_nothing_half_written(
     docker_client, settings, tmp_path
 ):
