@@ -181,7 +181,7 @@ def test_a_guess_starts_while_a_tests_image_is_made_but_not_beside_its_builds(
         guess = executor.build(
             job("pypto", "e" * 40, sleeper(0, started, "e"), settings, tmp_path, speculative=True)
         )
-        needed.result(timeout=600), guess.result(timeout=600)
+        assert needed.result(timeout=600).ok and guess.result(timeout=600).ok
         assert started == ["f", "e"]  # the guess waited for the test's build
         with executor._lock:
             executor._imaging += 1  # a test's image is being made, as `run` counts it
