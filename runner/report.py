@@ -196,7 +196,11 @@ def _devices(doc: LedgerDocument) -> str:
     )
     if placed:
         return f"device{'s' if len(placed) > 1 else ''} {', '.join(placed)} (placed by Ray)"
-    return f"device {','.join(doc.inputs.devices)}"
+    now = doc.inputs.devices
+    earlier = [d for d in dict.fromkeys(a.device for a in doc.attempts if a.device) if d not in now]
+    if earlier:  # a resumed session may run on other cards than its first runs did
+        return f"device {','.join(now)} (earlier runs also on {', '.join(earlier)})"
+    return f"device {','.join(now)}"
 
 
 def _where(step: dict[str, Any]) -> str:

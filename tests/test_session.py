@@ -1128,6 +1128,26 @@ def test_a_bump_a_later_commit_undoes_is_flagged_with_where_to_start_again():
     assert undone_later(later, pins.get, "9" * 40) is None
 
 
+def test_the_report_names_the_cards_of_earlier_runs_of_a_resumed_session(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    outcome, tester = bisect(sample)
+    attempts = [
+        a.model_copy(update={"device": "3" if i < 2 else "0"})
+        for i, a in enumerate(tester.attempts)
+    ]
+    doc = ledger_of(sample, tester).model_copy(update={"attempts": attempts})
+
+    markdown = build_markdown(doc, outcome, ReportFacts(), build_json(doc, outcome, ReportFacts()))
+
+    assert "on `a2a3sim`, device 0 (earlier runs also on 3)" in markdown
+    same = ledger_of(sample, tester).model_copy(
+        update={"attempts": [a.model_copy(update={"device": "0"}) for a in tester.attempts]}
+    )
+    assert "on `a2a3sim`, device 0\n" in build_markdown(
+        same, outcome, ReportFacts(), build_json(same, outcome, ReportFacts())
+    )
+
+
 def test_the_summary_counts_builds_ahead_with_their_package(sample_factory):
     sample = sample_factory(stretch_spec(2))
     outcome, tester = bisect(sample)
