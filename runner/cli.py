@@ -935,12 +935,12 @@ def _size(text: str) -> int:
     return int(size)
 
 
-def _cache(cache_dir: Path | None, *, existing: bool = False):
-    """The wheel cache; `existing`: a cache directory that is not there is a typo, not an
-    empty cache."""
+def _cache(cache_dir: Path | None, config: Path | None = None, *, existing: bool = False):
+    """The wheel cache of --cache-dir, else of the config file's or environment's `cache_dir`;
+    `existing`: a --cache-dir that is not there is a typo, not an empty cache."""
     from runner.wheels import WheelCache
 
-    settings = load_settings({"cache_dir": cache_dir})
+    settings = load_settings({"cache_dir": cache_dir}, config)
     root = settings.cache_root()
     if root.exists() and not root.is_dir():
         raise BadInput(f"--cache-dir {root} is a file, not a directory")
@@ -953,10 +953,11 @@ def _cache(cache_dir: Path | None, *, existing: bool = False):
 def cache_ls(
     cache_dir: CacheOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+    config: ConfigOpt = None,
 ) -> None:
     """List cached wheels and recorded build failures, most recently used first."""
     with guarded():
-        cache = _cache(cache_dir, existing=True)
+        cache = _cache(cache_dir, config, existing=True)
         entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
     rows = [
         {
@@ -1012,6 +1013,7 @@ def cache_prune(
     everything: Annotated[
         bool, typer.Option("--all", help="Remove every entry without asking.")
     ] = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Remove least recently used entries until the cache fits --max-size; removing everything
     needs --all, or a yes at the prompt."""
@@ -1021,7 +1023,7 @@ def cache_prune(
         if everything and (max_size is not None or failures):
             other = "--max-size" if max_size is not None else "--failures"
             raise BadInput(f"--all removes every entry: it cannot go with {other}")
-        cache = _cache(cache_dir, existing=True)
+        cache = _cache(cache_dir, config, existing=True)
         if failures:
             removed = cache.remove_failures()
         else:

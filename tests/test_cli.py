@@ -522,6 +522,19 @@ def test_cache_prune_refuses_sizes_that_would_empty_it_behind_the_all_rule(
     assert entry.exists()
 
 
+def test_cache_commands_take_the_cache_dir_of_the_config_file_run_uses(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    config = tmp_path / "bisect.toml"
+    config.write_text(f'cache_dir = "{cache}"\n')
+    listed = cli("cache", "ls", "--config", str(config))
+    assert listed.returncode == 0 and f"in {cache / 'wheels'}" in listed.stdout
+    pruned = cli("cache", "prune", "--config", str(config), "--all")
+    assert pruned.returncode == 0 and "0.00 MB of wheels left" in pruned.stdout
+    config.write_text("cache_dir = 3\n")
+    assert_one_line_error(cli("cache", "ls", "--config", str(config)), 2, "cache_dir")
+
+
 def test_cache_ls_of_a_cache_dir_that_is_not_there_is_a_typo_not_an_empty_cache(tmp_path):
     missing = tmp_path / "no" / "such"
     assert_one_line_error(cli("cache", "ls", "--cache-dir", str(missing)), 2, "no such directory")
