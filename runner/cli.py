@@ -705,8 +705,6 @@ def status(
 
 def _status_data(state: Any, running: bool = False) -> dict:
     """`running`: a run holds the workdir now (else an unfinished session is stopped)."""
-    from runner.search import bounds
-
     outcome = state.outcome
     levels = []
     for result in (outcome.pypto, outcome.simpler):
@@ -714,12 +712,7 @@ def _status_data(state: Any, running: bool = False) -> dict:
             continue
         # A level with an answer shows it (a joint chain's runs may have placed it); an open one,
         # what plain bisection would still search.
-        if result.found is not None:
-            lo, hi = result.found - 1, result.found
-        elif result.inconclusive is not None:
-            lo, hi = result.inconclusive[0] - 1, result.inconclusive[1]
-        else:
-            lo, hi = bounds(len(result.candidates), result.verdicts)
+        lo, hi = result.bounds
         likeliest = probability = None
         if result.belief is not None and result.repeat is None and result.inconclusive is None:
             index, probability = result.belief.ranked(limit=1)[0]

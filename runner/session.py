@@ -187,11 +187,19 @@ class LevelResult:
 
     @property
     def last_good(self) -> str | None:
+        """The answer's last good candidate (before a culprit, or an untestable stretch)."""
+        answered = self.found is not None or self.inconclusive is not None
+        return self.candidates[self.bounds[0]] if answered else None
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The last good and the first bad index: an answer's, else the range plain bisection
+        would still search."""
         if self.found is not None:
-            return self.candidates[self.found - 1]
+            return self.found - 1, self.found
         if self.inconclusive is not None:
-            return self.candidates[self.inconclusive[0] - 1]
-        return None
+            return self.inconclusive[0] - 1, self.inconclusive[1]
+        return bounds(len(self.candidates), self.verdicts)
 
     @property
     def probability(self) -> float | None:
