@@ -390,8 +390,11 @@ class DockerTester:
     def _guess_may_start(self) -> bool:
         """A free build slot and nothing a test waits for under way (called under the
         condition's lock)."""
+        # Beside a test's image only once an example has run long enough to hide the guess:
+        # before that, nothing says it will not just slow the round on a small machine.
+        images = not self._run_times
         if self.executor.guesses_compete and (
-            self._tests_busy(images=False) or not self._worth_guessing()
+            self._tests_busy(images=images) or not self._worth_guessing()
         ):
             return False
         return self.executor.busy_builds() < self.executor.build_jobs

@@ -158,3 +158,23 @@ def test_a_likelier_guess_takes_the_build_slot_of_one_further_down_the_list(
 
     assert pypto_builds(guessing.cache) == [pairs[3][0], pairs[0][0]]
     assert not list(guessing.cache.tmp_dir.iterdir()), "a stopped build left its directory"
+
+
+def test_a_guess_waits_for_a_tests_image_until_an_example_has_shown_it_hides_guesses(
+    guessing: Guessing,
+) -> None:
+    tester, executor = guessing.tester, guessing.executor
+    executor.guesses_compete = True  # one device, one build slot: guesses compete with tests
+    with executor._lock:
+        executor._imaging += 1  # a test's image is being made, as `run` counts it
+    try:
+        with tester._ahead_cond:
+            assert not tester._guess_may_start()  # no example has run yet
+            tester._run_times.append(5.0)  # a slow example, builds of a second
+            tester._build_times.append(1.0)
+            assert tester._guess_may_start()
+            tester._run_times[:] = [0.05]  # a fast one: guesses would only slow the rounds
+            assert not tester._guess_may_start()
+    finally:
+        with executor._lock:
+            executor._imaging -= 1
