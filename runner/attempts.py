@@ -324,7 +324,7 @@ class DockerTester:
         with self._ahead_cond:
             # No guess starts before that round's builds are asked for (test_round, next).
             self._announced = time.monotonic() if testing else None
-        kept = _wheels(keep) - self._yielding(pairs, testing)
+            kept = _wheels(keep) - self._yielding(pairs, testing)
         self.executor.drop_guesses(kept)
         with self._ahead_cond:
             # A cancelled guess may be wanted again later.
@@ -350,7 +350,8 @@ class DockerTester:
         now hold the slot the next test's wheel needs, and finish after the example that wants
         it. Queued ones of pairs further down the list go back to wait for their turn; running
         ones early in their build (under `YIELD_SHARE` of a typical one) are stopped when the
-        free slots are too few. Either is built again in its turn if it is still wanted.
+        free slots are too few. Either is built again in its turn if it is still wanted
+        (called under the condition's lock).
         """
         if not self.executor.guesses_compete:
             return set()
