@@ -737,9 +737,11 @@ class Session:
             return []
         halves: list[tuple[str, str | None]] = []
         split = None
+        assumed: dict[tuple[str, str | None], list[Verdict]] = {}
         if change.kind == "pointer-and-code":
             halves = [(parent, change.new), (culprit, change.old)]
             split = Split(Verdict.BAD, Verdict.GOOD, "pointer", anchor=culprit)
+            assumed[(culprit, change.old)] = [Verdict.GOOD]  # the code half, as the split saw it
         chain = self._joint_chain(first, c, c, change, culprit, states, split)
         level = {(commit, self.gitlink(commit)): i for i, commit in enumerate(first.candidates)}
         runs: dict[int, list[Verdict]] = {}
@@ -747,6 +749,8 @@ class Session:
             for link in dict.fromkeys(pairs):
                 if link in level:
                     seen = list(observations.get(level[link], []))
+                elif link in assumed:
+                    seen = assumed[link]
                 else:
                     recorded = self._recorded("simpler", *link, used=False)
                     seen = [self.verdict(a) for a in recorded]
