@@ -703,7 +703,7 @@ class Session:
         for _depth in range(2 if len(picks) == 1 else 1):
             following = []
             for observations, tested in states:
-                for outcome in _outcomes(tested):
+                for outcome in self._likeliest_first(result, observations, tested):
                     fantasy = _with(observations, tested, outcome)
                     try:
                         step = self._picks(result, fantasy)
@@ -720,6 +720,29 @@ class Session:
         ordered = [p for p in wanted if not (p in seen or seen.add(p))]
         now = picks if testing is None else testing
         prefetch(ordered, [pair(result.candidates[index]) for index in now])
+
+    def _likeliest_first(
+        self,
+        result: LevelResult,
+        observations: Mapping[int, Sequence[Verdict]],
+        tested: Sequence[int],
+    ) -> list[tuple[Verdict, ...]]:
+        """The outcomes of testing `tested`, the likeliest first under the level's posterior
+        (ties: the middle boundary first). A guess for the likelier outcome gets the build
+        slots first, which counts when the slots cannot build both before the round ends."""
+        outcomes = _outcomes(tested)
+        if self.repeat is not None or len(tested) == 0:
+            return outcomes
+        probabilities = belief(
+            len(result.candidates), observations, result.prior, result.weights
+        ).probabilities
+        cuts = [-1, *sorted(tested), len(result.candidates) - 1]
+
+        def chance(outcome: tuple[Verdict, ...]) -> float:
+            passing = sum(v is Verdict.GOOD for v in outcome)  # the lowest `passing` pass
+            return sum(probabilities[cuts[passing] + 1 : cuts[passing + 1] + 1])
+
+        return sorted(outcomes, key=lambda o: -round(chance(o), 6))
 
     def _descent_guesses(
         self, first: LevelResult, c: int, observations: Mapping[int, Sequence[Verdict]]

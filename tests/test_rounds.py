@@ -13,10 +13,19 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from runner.confidence import Belief, belief
+from runner.history import History, pointer_states
 from runner.ledger import Attempt
 from runner.sample.histories import Sample, SampleSpec, make_sample
-from runner.search import _split
-from runner.session import EndpointFailure, Request, _outcomes, _quantile_picks, _worst_case
+from runner.search import Verdict, _split
+from runner.session import (
+    EndpointFailure,
+    LevelResult,
+    Request,
+    Session,
+    _outcomes,
+    _quantile_picks,
+    _worst_case,
+)
 from tests.test_session import EXTRA, SMALL, SpecTester, bisect, expected_outcome, sample_specs
 
 
@@ -87,6 +96,27 @@ def test_outcomes_of_a_round_are_the_monotone_ones_middle_first():
     }
     # (3 good, 7 bad) is the middle boundary: it comes first
     assert tuple(v.value for v in outcomes[0]) == ("bad", "good")
+
+
+def test_the_likelier_outcome_of_a_round_is_guessed_first(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    tester = RoundTester(sample, parallel=1)
+    session = Session(
+        History(sample.pypto),
+        tester,
+        tester.lookup,
+        good=sample.pypto_shas[0],
+        bad=sample.pypto_shas[-1],
+        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
+    )
+    level = LevelResult("pypto", [f"c{i}" for i in range(11)])
+    seen = {0: [Verdict.GOOD], 10: [Verdict.BAD]}
+    good, bad = (Verdict.GOOD,), (Verdict.BAD,)
+    # Ten hypotheses, about equally likely: index 3 is bad under three, index 7 under seven.
+    assert session._likeliest_first(level, seen, (3,)) == [good, bad]
+    assert session._likeliest_first(level, seen, (7,)) == [bad, good]
+    # 3 passes, 7 fails: the boundary in 4..7, likelier than in 1..3 or 8..10
+    assert session._likeliest_first(level, seen, (7, 3))[0] == (Verdict.BAD, Verdict.GOOD)
 
 
 def test_the_worst_case_counts_the_larger_side():
