@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from runner.confidence import Belief, belief
-from runner.history import History, pointer_states
 from runner.ledger import Attempt
 from runner.sample.histories import Sample, SampleSpec, make_sample
 from runner.search import Verdict, _split
@@ -21,12 +20,19 @@ from runner.session import (
     EndpointFailure,
     LevelResult,
     Request,
-    Session,
     _outcomes,
     _quantile_picks,
     _worst_case,
 )
-from tests.test_session import EXTRA, SMALL, SpecTester, bisect, expected_outcome, sample_specs
+from tests.test_session import (
+    EXTRA,
+    SMALL,
+    SpecTester,
+    bisect,
+    expected_outcome,
+    sample_specs,
+    session_over,
+)
 
 
 class RoundTester(SpecTester):
@@ -100,15 +106,7 @@ def test_outcomes_of_a_round_are_the_monotone_ones_middle_first():
 
 def test_the_likelier_outcome_of_a_round_is_guessed_first(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
-    tester = RoundTester(sample, parallel=1)
-    session = Session(
-        History(sample.pypto),
-        tester,
-        tester.lookup,
-        good=sample.pypto_shas[0],
-        bad=sample.pypto_shas[-1],
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
-    )
+    session = session_over(sample, RoundTester(sample, parallel=1))
     level = LevelResult("pypto", [f"c{i}" for i in range(11)])
     seen = {0: [Verdict.GOOD], 10: [Verdict.BAD]}
     good, bad = (Verdict.GOOD,), (Verdict.BAD,)
@@ -382,8 +380,7 @@ def test_on_two_devices_an_untestable_candidate_is_not_tried_again(sample_factor
 def test_a_replay_names_the_whole_round_the_devices_would_run_next(sample_factory):
     """What `status` says comes next after an interrupted run on two devices: both picks of
     the round the resumed run takes, not one plain bisection step."""
-    from runner.history import History, pointer_states
-    from runner.session import Pending, Session
+    from runner.session import Pending
     from runner.workflow import _LedgerOnly
 
     sample = sample_factory(
@@ -391,13 +388,10 @@ def test_a_replay_names_the_whole_round_the_devices_would_run_next(sample_factor
     )
     _, full = bisect(sample, tester=RoundTester(sample, parallel=2))
     kept = full.attempts[: sum(len(r) for r in full.rounds[:2])]  # stopped after two rounds
-    replay = Session(
-        History(sample.pypto),
+    replay = session_over(
+        sample,
         _LedgerOnly(parallel=2),
         lambda p, s: [a for a in kept if (a.pypto_sha, a.simpler_sha) == (p, s)],
-        good=sample.pypto_shas[0],
-        bad=sample.pypto_shas[-1],
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
     )
 
     pending = replay.run().pending

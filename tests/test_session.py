@@ -31,6 +31,7 @@ from runner.search import Verdict
 from runner.session import (
     EndpointFailure,
     LevelResult,
+    Lookup,
     Outcome,
     Pending,
     QuietEvents,
@@ -97,19 +98,29 @@ class SpecTester:
         return attempt
 
 
-def bisect(sample: Sample, good: int = 0, verify: bool = True, tester=None, **options) -> tuple:
-    history = History(sample.pypto)
-    tester = tester or SpecTester(sample)
-    session = Session(
-        history,
+def session_over(
+    sample: Sample, tester, lookup: Lookup | None = None, good: int = 0, **options
+) -> Session:
+    """A session over the sample from commit `good` to its last, asking `lookup` (default: the
+    tester's) for recorded runs; the simpler range is read from the sample's runtime."""
+    options.setdefault(
+        "simpler_states", lambda old, new: pointer_states(sample.runtime_gitdir, old, new)
+    )
+    return Session(
+        History(sample.pypto),
         tester,
-        tester.lookup,
+        lookup or tester.lookup,
         good=sample.pypto_shas[good],
         bad=sample.pypto_shas[-1],
-        verify=verify,
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
-        merge_base=History(sample.runtime_gitdir).merge_base,
         **options,
+    )
+
+
+def bisect(sample: Sample, good: int = 0, verify: bool = True, tester=None, **options) -> tuple:
+    tester = tester or SpecTester(sample)
+    merge_base = History(sample.runtime_gitdir).merge_base
+    session = session_over(
+        sample, tester, good=good, verify=verify, merge_base=merge_base, **options
     )
     return session.run(), tester
 
@@ -268,18 +279,9 @@ def test_a_replay_reuses_every_recorded_verdict(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
     _, first = bisect(sample)
 
-    history = History(sample.pypto)
     again = SpecTester(sample)
     again.attempts = list(first.attempts)
-    session = Session(
-        history,
-        again,
-        again.lookup,
-        good=sample.pypto_shas[0],
-        bad=sample.pypto_shas[-1],
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
-    )
-    outcome = session.run()
+    outcome = session_over(sample, again).run()
 
     assert again.tested == []
     assert outcome.simpler_culprit == sample.simpler_shas[4]
@@ -292,15 +294,7 @@ def test_simpler_history_missing_locally_keeps_the_pypto_culprit_and_says_why(sa
     def unavailable(old: str, new: str) -> tuple[str, list[str]]:
         raise SourceUnavailable(f"submodule commit {new[:12]} is not in the checkout")
 
-    session = Session(
-        History(sample.pypto),
-        tester,
-        tester.lookup,
-        good=sample.pypto_shas[0],
-        bad=sample.pypto_shas[-1],
-        simpler_states=unavailable,
-    )
-    outcome = session.run()
+    outcome = session_over(sample, tester, simpler_states=unavailable).run()
 
     assert outcome.pypto.first_bad == sample.pypto_shas[4]
     assert outcome.source == "inconclusive" and outcome.exit_code == 1
@@ -340,15 +334,12 @@ def test_a_replay_that_runs_out_mid_simpler_level_reports_both_levels(sample_fac
         def test(self, level, pypto, simpler):
             raise Pending(level, pypto, simpler)
 
-    session = Session(
-        History(sample.pypto),
+    session = session_over(
+        sample,
         LedgerOnly(),
         lambda pypto, simpler: [
             a for a in recorded if (a.pypto_sha, a.simpler_sha) == (pypto, simpler)
         ],
-        good=sample.pypto_shas[0],
-        bad=sample.pypto_shas[-1],
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
     )
     outcome = session.run()
 
@@ -901,13 +892,10 @@ def replay_only(sample: Sample, attempts: list[Attempt], **options) -> Outcome:
         def test(self, level, pypto, simpler):
             raise Pending(level, pypto, simpler)
 
-    return Session(
-        History(sample.pypto),
+    return session_over(
+        sample,
         LedgerOnly(),
         lambda p, s: [a for a in attempts if (a.pypto_sha, a.simpler_sha) == (p, s)],
-        good=sample.pypto_shas[0],
-        bad=sample.pypto_shas[-1],
-        simpler_states=lambda old, new: pointer_states(sample.runtime_gitdir, old, new),
         **options,
     ).run()
 
