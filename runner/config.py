@@ -226,6 +226,7 @@ class Settings(BaseSettings):
         case_sensitive=False,
         extra="forbid",
         validate_default=True,
+        allow_inf_nan=False,  # `--confidence nan` is a typo, not a setting
     )
 
     # How each setting that did not come from a flag was given, for messages about its value:

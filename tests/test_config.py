@@ -274,6 +274,8 @@ def test_the_good_alias_works_in_the_file_and_the_config_file_can_come_from_the_
         ),
         ({}, {}, "[submodule_sources]\n'../up' = 'x'", "c.toml: submodule_sources: "),
         ({}, {}, "infra_retries = 'many'", "c.toml: infra_retries: "),
+        ({}, {"confidence": float("nan")}, "", "--confidence: Input should be a finite number"),
+        ({"BISECT_PRECISION_TIMEOUT": "inf"}, {}, "", "BISECT_PRECISION_TIMEOUT: Input should"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_where_it_came_from(
