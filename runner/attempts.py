@@ -32,6 +32,7 @@ from runner.errors import (
 )
 from runner.execute import ExampleRun
 from runner.executor import BuildJob, DeviceFault, Executor, RunJob
+from runner.fingerprint import Collector
 from runner.images import WheelInstallFailed
 from runner.ledger import AheadBuild, Attempt, Ledger, Level, claim_run_dir, placement
 from runner.noop import wheel_content_digest
@@ -110,7 +111,7 @@ class DockerTester:
         phase: Phase | None = None,
         echo: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
-        fingerprint: Callable[[str | None, str], dict[str, str]] | None = None,
+        fingerprint: Collector | None = None,
         prefetch: bool = True,
         skip: Collection[str] = (),
     ) -> None:
@@ -217,6 +218,8 @@ class DockerTester:
             self._ahead_cond.notify_all()
         self.executor.close(cancel=cancel)
         self._pipelines.shutdown(wait=not cancel, cancel_futures=True)
+        if self.fingerprint is not None:
+            self.fingerprint.close()
         self.cache.release()
         with contextlib.suppress(LedgerError):
             self._record_ahead()
@@ -245,6 +248,8 @@ class DockerTester:
         """
         self._round += 1
         number = self._round
+        if number == 1 and self.fingerprint is not None:
+            self.fingerprint.prepare()  # beside the first builds, not after the first run
         failures: dict[int, list[InfrastructureError]] = {i: [] for i in range(len(requests))}
         running: dict[Future[Attempt], int] = {
             self._submit(request, number): i for i, request in enumerate(requests)

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,7 +118,29 @@ class Collector:
         self.base_image = base_image
         self.pinned = pinned
         self.device = device
-        self._probed: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self._probes: dict[str, Future[dict[str, str]]] = {}
+        self._cancel = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def prepare(self) -> None:
+        """Probe the pinned base image now, in the background, while the first builds run: the
+        first attempt would otherwise wait for the probe's container after its own run."""
+        if self.pinned is None:
+            return
+        future = self._claim(self.pinned)
+        if future is not None:
+            thread = threading.Thread(
+                target=self._fill, args=(self.pinned, future), name="fingerprint", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def close(self) -> None:
+        """Stop a probe still running (its container is killed) and wait for it."""
+        self._cancel.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
 
     def __call__(self, test_image_id: str | None, device: str = "") -> dict[str, str]:
         facts: dict[str, str] = {}
@@ -143,16 +166,41 @@ class Collector:
         return facts
 
     def _probe(self, image_id: str) -> dict[str, str]:
-        if image_id not in self._probed:
+        future = self._claim(image_id)
+        if future is not None:
+            self._fill(image_id, future)
+        with self._lock:
+            future = self._probes[image_id]
+        try:
+            return future.result()
+        except BaseException:
+            with self._lock:  # a failed probe is tried again by the attempt's retry
+                if self._probes.get(image_id) is future:
+                    del self._probes[image_id]
+            raise
+
+    def _claim(self, image_id: str) -> Future[dict[str, str]] | None:
+        """A new future for the image's probe, for the caller to fill; None if there is one."""
+        with self._lock:
+            if image_id in self._probes:
+                return None
+            future: Future[dict[str, str]] = Future()
+            self._probes[image_id] = future
+            return future
+
+    def _fill(self, image_id: str, future: Future[dict[str, str]]) -> None:
+        try:
             with tempfile.TemporaryDirectory(prefix="bisect-fingerprint-") as tmp:
                 result = run_container(
                     self.client,
                     ContainerSpec(image=image_id, command=["sh", "-c", PROBE]),
                     log_path=Path(tmp) / "probe.log",
                     timeout=120,
+                    cancel=self._cancel,
                 )
-            self._probed[image_id] = parse_probe(result.output)
-        return self._probed[image_id]
+            future.set_result(parse_probe(result.output))
+        except BaseException as exc:  # the attempt that waits for it raises it
+            future.set_exception(exc)
 
 
 def parse_probe(output: str) -> dict[str, str]:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+
+import pytest
 
 from runner import fingerprint
-from runner.fingerprint import changes, describe, host_facts, parse_probe
+from runner.execute import Cancelled
+from runner.fingerprint import Collector, changes, describe, host_facts, parse_probe
 from runner.ledger import Attempt
 from tests.fixtures.attempts import recorded
 
@@ -86,3 +91,51 @@ def test_a_failing_npu_smi_is_asked_again(tmp_path, monkeypatch):
     smi.write_text("#!/bin/sh\necho 'Version: 24.1'\n")
     os.utime(smi, (stamp, stamp))  # the same binary as far as the cache key goes
     assert host_facts()["npu_smi"] == "Version: 24.1"
+
+
+def _counting_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that start a probe container (the real one runs)."""
+    threads: list[str] = []
+    real = fingerprint.run_container
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fingerprint, "run_container", counted)
+    return threads
+
+
+@pytest.mark.docker
+def test_the_base_image_is_probed_once_in_the_background_from_the_first_round(
+    docker_client, base_image, monkeypatch
+):
+    threads = _counting_probes(monkeypatch)
+    image = docker_client.images.get(base_image).id
+    collector = Collector(docker_client, base_image, "0", pinned=image)
+
+    collector.prepare()
+    collector.prepare()
+    seen = [collector(None, "0"), collector("sha256:test", "1")]
+    collector.close()
+
+    assert threads == ["fingerprint"], "one probe, started by prepare(), not by the attempt"
+    assert seen[0]["pip_freeze"] == seen[1]["pip_freeze"]
+    assert int(seen[0]["pip_packages"]) > 0
+    assert seen[1]["test_image_id"] == "sha256:test"
+
+
+@pytest.mark.docker
+def test_closing_the_collector_stops_a_probe_still_running(docker_client, base_image, monkeypatch):
+    monkeypatch.setattr(fingerprint, "PROBE", "sleep 60")
+    image = docker_client.images.get(base_image).id
+    collector = Collector(docker_client, base_image, "0", pinned=image)
+    collector.prepare()
+    time.sleep(1.0)  # the probe's container is up
+
+    started = time.monotonic()
+    collector.close()
+
+    assert time.monotonic() - started < 20
+    with pytest.raises(Cancelled):
+        collector(None, "0")
