@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 TEST_BASE := bisect-precision-test-base:bookworm
 WHEELHOUSE := .cache/wheelhouse
+# make demo FLAKY=0.1 SEED=3: the sample's example lies 10 % of the time, either way
+FLAKY ?= 0
+SEED ?= 0
 PYTEST_ARGS ?=
 
 .PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench clean
@@ -75,7 +78,7 @@ pytest: venv
 	exit $$rc
 
 demo: setup
-	$(BIN)/python -m runner.sample.demo --base-image $(TEST_BASE)
+	$(BIN)/python -m runner.sample.demo --base-image $(TEST_BASE) --flaky $(FLAKY) --seed $(SEED)
 
 bench: setup
 	$(BIN)/python tests/bench/bench_overhead.py --base-image $(TEST_BASE)

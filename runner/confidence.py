@@ -138,6 +138,8 @@ class Belief:
 
     ``probabilities[i]`` is P(first bad commit is index i); index 0 (the known-good end) is 0.
     ``blocks`` are the candidate groups no test can separate, as (first, last, probability).
+    ``consistent``: every run the rates were learnt from agrees with one boundary (passes only
+    before fails), so the rates are the prior's guess, not a measurement.
     """
 
     count: int
@@ -146,6 +148,7 @@ class Belief:
     false_pass: float
     blocks: tuple[tuple[int, int, float], ...]
     tallies: Mapping[int, Tally]
+    consistent: bool = True
 
     def ranked(self, mass: float = 0.99, limit: int = 10) -> tuple[tuple[int, float], ...]:
         """The likeliest candidates, most likely first, until ``mass`` is covered."""
@@ -200,7 +203,15 @@ def belief(
         false_pass=sum(p * (1 - r) for p, r in zip(probs, model.fail_if_bad, strict=True)),
         blocks=_blocks(count, tallies, probs),
         tallies=tallies,
+        consistent=consistent(tallies),
     )
+
+
+def consistent(tallies: Mapping[int, Tally]) -> bool:
+    """Whether every run agrees with one boundary: passes only before fails."""
+    goods = [i for i, t in tallies.items() if t.good]
+    bads = [i for i, t in tallies.items() if t.bad]
+    return not goods or not bads or max(goods) < min(bads)
 
 
 def bisection_steps(count: int) -> int:

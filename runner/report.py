@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.confidence import consistent, tally
 from runner.errors import RETIRED
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
@@ -242,7 +243,11 @@ def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
         data["false_pass"] = level.belief.false_pass
     # Rates learnt from nothing that disagreed are the prior's guess, not a measurement.
     evidence = level.prior.evidence if level.prior is not None else (0, 0, 0, 0)
-    data["rates_from_prior"] = _agree(level) and evidence[0] == evidence[2] == 0
+    if level.belief is not None:  # a level judged with the other's runs: the chain's
+        agree = level.belief.consistent
+    else:
+        agree = consistent(tally(level.observations))
+    data["rates_from_prior"] = agree and evidence[0] == evidence[2] == 0
     if level.low_confidence is not None:
         data["low_confidence"] = [
             {"sha": level.candidates[i], "probability": p} for i, p in level.low_confidence
@@ -257,13 +262,6 @@ def _mixed(level: LevelResult) -> list[int]:
         for i, seen in sorted(level.observations.items())
         if Verdict.GOOD in seen and Verdict.BAD in seen
     ]
-
-
-def _agree(level: LevelResult) -> bool:
-    """Whether every run of the level agrees with one boundary: passes only before fails."""
-    goods = [i for i, seen in level.observations.items() if Verdict.GOOD in seen]
-    bads = [i for i, seen in level.observations.items() if Verdict.BAD in seen]
-    return not goods or not bads or max(goods) < min(bads)
 
 
 def _disagreement_notes(outcome: Outcome) -> list[str]:

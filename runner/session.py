@@ -1588,6 +1588,7 @@ def _projected(
         false_pass=joint.false_pass,
         blocks=blocks,
         tallies=tallies,
+        consistent=joint.consistent,  # the rates are the chain's, learnt from all its runs
     )
 
 

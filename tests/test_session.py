@@ -584,6 +584,37 @@ def test_flake_rates_nothing_contradicted_are_called_the_priors_guess(sample_fac
     assert data["confidence"]["pypto"]["rates_from_prior"] is False
 
 
+class FirstRunLies(SpecTester):
+    """Honest but for the first run of one pypto commit."""
+
+    def __init__(self, sample: Sample, liar: str) -> None:
+        super().__init__(sample)
+        self.liar = liar
+
+    def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
+        verdict = self.truth(pypto, simpler)
+        if pypto == self.liar and not self.lookup(pypto, simpler):
+            verdict = Verdict.GOOD if verdict is Verdict.BAD else Verdict.BAD
+        return self.record(level, pypto, simpler, verdict)
+
+
+def test_simpler_rates_learnt_from_a_pypto_run_that_lied_are_not_called_the_priors_guess(
+    sample_factory,
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 5),), simpler_regression_at=3))
+    tester = FirstRunLies(sample, liar=sample.pypto_shas[-1])  # the bad end passes once
+
+    outcome, _ = bisect(sample, tester=tester)
+
+    assert outcome.simpler_culprit == sample.simpler_shas[3]
+    data = build_json(ledger_of(sample, tester), outcome, ReportFacts())["confidence"]
+    simpler_runs = [(row["passes"], row["fails"]) for row in data["simpler"]["tested"]]
+    assert all(not (passes and fails) for passes, fails in simpler_runs)
+    assert data["simpler"]["false_pass"] == data["pypto"]["false_pass"]  # the chain's rates
+    assert data["pypto"]["rates_from_prior"] is False
+    assert data["simpler"]["rates_from_prior"] is False
+
+
 def test_with_fixed_repeats_the_second_level_tests_its_good_end_and_says_when_pypto_alone_fails(
     sample_factory,
 ):

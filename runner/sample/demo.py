@@ -102,11 +102,28 @@ def on_simulator(arguments: list[str], lanes: str) -> list[str]:
     return out
 
 
+def flaky_example(rate: float, seed: int) -> list[str]:
+    """`run` flags that make the sample's example lie at `rate` either way, as golden comparisons
+    on hardware do; `seed` and each attempt's run number decide which runs lie."""
+    variables = {"SAMPLE_FALSE_FAIL": rate, "SAMPLE_FALSE_PASS": rate, "SAMPLE_FLAKE_SEED": seed}
+    return [arg for name, value in variables.items() for arg in ("--run-env", f"{name}={value}")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path("demo"), help="where to put everything")
     parser.add_argument("--base-image", default="bisect-precision-test-base:bookworm")
+    parser.add_argument(
+        "--flaky",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="the example gives the wrong answer this often, either way (0 to 0.5)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="which lies the flaky example tells")
     args = parser.parse_args(argv)
+    if not 0 <= args.flaky <= 0.5:
+        parser.error(f"--flaky {args.flaky}: give a rate from 0 to 0.5")
 
     root = args.dir.resolve()
     repos = root / "repos"
@@ -129,15 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
         text=True,
     ).stdout.split()[0]
+    # A flaky run gets its own workdir: its ledger must not mix with the honest example's.
+    workdir = root / (f"workdir-flaky-{args.flaky:g}-seed-{args.seed}" if args.flaky else "workdir")
     arguments = run_arguments(
         pypto=pypto,
         lib=repos / "pypto-lib",
         good=good,
-        workdir=root / "workdir",
+        workdir=workdir,
         cache=root / "cache",
         base_image=args.base_image,
     )
     arguments += era_pins(DEMO_SPEC)
+    if args.flaky:
+        arguments += flaky_example(args.flaky, args.seed)
     command = [sys.executable, "-m", "runner.cli", *arguments]
     print("$ bisect-precision-docker " + " ".join(arguments), flush=True)
     return subprocess.run(command).returncode
