@@ -478,20 +478,13 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     workdir = tmp_path / "work"
     no_docker = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
+    rule = ["report", "--workdir", str(workdir), "--rethreshold", "--json"]
+
     strict = bisect(sample)
     assert strict.returncode == 0, strict.stderr
     assert strict.json()["pypto"]["first_bad"] == sample.pypto_shas[3]
 
-    ahead = cli(
-        "report",
-        "--workdir",
-        str(workdir),
-        "--rethreshold",
-        "--max-abs-diff",
-        "0.005",
-        "--json",
-        env=no_docker,
-    )
+    ahead = cli(*rule, "--max-abs-diff", "0.005", env=no_docker)
     assert ahead.returncode == 0, ahead.stderr
     notes = " ".join(ahead.json()["notes"])
     assert "no container was started" in notes
@@ -521,7 +514,6 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     # The limits of a config file (or the environment) re-judge as the flags do.
     config = tmp_path / "limits.toml"
     config.write_text("max_abs_diff = 0.005\n")
-    rule = ["report", "--workdir", str(workdir), "--rethreshold", "--json"]
     by_file = cli(*rule, "--config", str(config), env=no_docker)
     assert by_file.returncode == 0, by_file.stderr
     assert by_file.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
@@ -529,19 +521,10 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     refused = cli(*rule, "--config", str(config), env=no_docker)
     assert refused.returncode == 2 and "max_abs_diff" in refused.stderr, refused.stderr
 
-    back = cli("report", "--workdir", str(workdir), "--rethreshold", "--json", env=no_docker)
+    back = cli(*rule, env=no_docker)
     assert back.returncode == 0, back.stderr
     assert back.json()["pypto"]["first_bad"] == sample.pypto_shas[3]
-    again = cli(
-        "report",
-        "--workdir",
-        str(workdir),
-        "--rethreshold",
-        "--max-abs-diff",
-        "0.005",
-        "--json",
-        env=no_docker,
-    )
+    again = cli(*rule, "--max-abs-diff", "0.005", env=no_docker)
     assert again.json()["pypto"]["first_bad"] == sample.pypto_shas[6]
     assert again.json()["finished"] is True
     md = (workdir / "rethreshold" / "report.md").read_text()
