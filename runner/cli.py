@@ -678,7 +678,7 @@ def status(
             held = level["holding_99"]
             OUT.print(
                 f"{level['level']} level: likeliest first bad {level['likeliest'][:12]} "
-                f"({level['probability']:.0%}); {held} "
+                f"({level['probability']:.1%}); {held} "
                 f"{'candidates hold' if held != 1 else 'candidate holds'} 99% of the probability; "
                 f"{level['runs']} runs, {about}"
             )

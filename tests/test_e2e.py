@@ -404,7 +404,9 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert status.json()["finished"] is True
     assert status.json()["levels"][0]["likeliest"] == sample.pypto_shas[5]
     shown = cli("status", "--workdir", str(workdir)).stdout
-    assert f"pypto level: likeliest first bad {sample.pypto_shas[5][:12]} (" in shown, shown
+    probability = status.json()["levels"][0]["probability"]
+    likeliest = f"likeliest first bad {sample.pypto_shas[5][:12]} ({probability:.1%})"
+    assert f"pypto level: {likeliest}" in shown, shown  # as the report says it: 99.x %, not 100 %
     assert shown.splitlines()[0].endswith(" runs, done"), "not 'about 0 steps left'"
     report = cli("report", "--workdir", str(workdir), "--json")
     assert report.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
