@@ -300,8 +300,11 @@ class _Queued:
     key: str = field(compare=False)
     shared: SharedBuild = field(compare=False)
     cancel: threading.Event = field(compare=False, default_factory=threading.Event)
-    started: bool = field(compare=False, default=False)
-    started_at: float = field(compare=False, default=0.0)  # monotonic, once started
+    started_at: float | None = field(compare=False, default=None)  # monotonic
+
+    @property
+    def started(self) -> bool:
+        return self.started_at is not None
 
 
 class LocalExecutor(Executor):
@@ -421,7 +424,7 @@ class LocalExecutor(Executor):
         now = time.monotonic()
         with self._lock:
             return {
-                (q.job.package, q.job.commit): now - q.started_at if q.started else None
+                (q.job.package, q.job.commit): None if q.started_at is None else now - q.started_at
                 for q in self._by_key.values()
                 if q.job.speculative and not q.cancel.is_set()
             }
@@ -478,7 +481,6 @@ class LocalExecutor(Executor):
                 if not self._queue:
                     return
                 queued = heapq.heappop(self._queue)
-                queued.started = True
                 queued.started_at = time.monotonic()
                 self._running += 1
                 needed = queued.priority == _NEEDED
