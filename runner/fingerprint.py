@@ -128,8 +128,8 @@ class Collector:
         first attempt would otherwise wait for the probe's container after its own run."""
         if self.pinned is None:
             return
-        future = self._claim(self.pinned)
-        if future is not None:
+        future, new = self._claim(self.pinned)
+        if new:
             thread = threading.Thread(
                 target=self._fill, args=(self.pinned, future), name="fingerprint", daemon=True
             )
@@ -166,11 +166,9 @@ class Collector:
         return facts
 
     def _probe(self, image_id: str) -> dict[str, str]:
-        future = self._claim(image_id)
-        if future is not None:
+        future, new = self._claim(image_id)
+        if new:
             self._fill(image_id, future)
-        with self._lock:
-            future = self._probes[image_id]
         try:
             return future.result()
         except BaseException:
@@ -179,14 +177,14 @@ class Collector:
                     del self._probes[image_id]
             raise
 
-    def _claim(self, image_id: str) -> Future[dict[str, str]] | None:
-        """A new future for the image's probe, for the caller to fill; None if there is one."""
+    def _claim(self, image_id: str) -> tuple[Future[dict[str, str]], bool]:
+        """The future of the image's probe, and whether it is new: then the caller fills it."""
         with self._lock:
             if image_id in self._probes:
-                return None
+                return self._probes[image_id], False
             future: Future[dict[str, str]] = Future()
             self._probes[image_id] = future
-            return future
+            return future, True
 
     def _fill(self, image_id: str, future: Future[dict[str, str]]) -> None:
         try:
