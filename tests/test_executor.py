@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -56,6 +58,34 @@ def job(package: str, commit: str, source, settings, tmp_path: Path, **kw) -> Bu
         ccache_dir=tmp_path / "ccache",
         **kw,
     )
+
+
+def sleeping(
+    letter: str,
+    seconds: float,
+    started: list[str],
+    settings,
+    tmp_path: Path,
+    *,
+    name: str | None = None,
+    speculative: bool = False,
+) -> BuildJob:
+    """A pypto build of commit `letter` * 40 that takes `seconds` and appends `name` (default:
+    the letter) to `started` when it starts."""
+    source = sleeper(seconds, started, name or letter)
+    return job("pypto", letter * 40, source, settings, tmp_path, speculative=speculative)
+
+
+@contextmanager
+def a_test_image_being_made(executor: LocalExecutor) -> Iterator[None]:
+    """The executor counts a test's image under way, as `run` does while it layers one."""
+    with executor._lock:
+        executor._imaging += 1
+    try:
+        yield
+    finally:
+        with executor._lock:
+            executor._imaging -= 1
 
 
 def build_containers(client: docker.DockerClient, commit: str) -> list:
@@ -128,19 +158,11 @@ def test_one_build_per_cache_key_and_needed_builds_overtake_speculative_ones(
     cache = WheelCache(tmp_path / "wheels")
     started: list[str] = []
     with LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=1) as executor:
-        first = executor.build(
-            job("pypto", "a" * 40, sleeper(3, started, "a"), settings, tmp_path, speculative=True)
-        )
+        first = executor.build(sleeping("a", 3, started, settings, tmp_path, speculative=True))
         time.sleep(1.0)  # "a" holds the only build slot now
-        ahead = executor.build(
-            job("pypto", "b" * 40, sleeper(0, started, "b"), settings, tmp_path, speculative=True)
-        )
-        needed = executor.build(
-            job("pypto", "c" * 40, sleeper(0, started, "c"), settings, tmp_path)
-        )
-        twice = executor.build(
-            job("pypto", "c" * 40, sleeper(0, started, "c2"), settings, tmp_path)
-        )
+        ahead = executor.build(sleeping("b", 0, started, settings, tmp_path, speculative=True))
+        needed = executor.build(sleeping("c", 0, started, settings, tmp_path))
+        twice = executor.build(sleeping("c", 0, started, settings, tmp_path, name="c2"))
         results = [f.result(timeout=600) for f in (first, ahead, needed, twice)]
 
     assert all(r.ok for r in results)
@@ -154,13 +176,9 @@ def test_a_needed_build_joins_a_speculative_one_already_running(docker_client, s
     cache = WheelCache(tmp_path / "wheels")
     started: list[str] = []
     with LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=2) as executor:
-        ahead = executor.build(
-            job("pypto", "d" * 40, sleeper(2, started, "d"), settings, tmp_path, speculative=True)
-        )
+        ahead = executor.build(sleeping("d", 2, started, settings, tmp_path, speculative=True))
         time.sleep(0.5)
-        needed = executor.build(
-            job("pypto", "d" * 40, sleeper(0, started, "d2"), settings, tmp_path)
-        )
+        needed = executor.build(sleeping("d", 0, started, settings, tmp_path, name="d2"))
         built, guessed = needed.result(timeout=600), ahead.result(timeout=600)
     assert started == ["d"]
     # The test that joined the guess owns the build; the guess was not a build ahead after all.
@@ -174,27 +192,15 @@ def test_a_guess_starts_while_a_tests_image_is_made_but_not_beside_its_builds(
     cache = WheelCache(tmp_path / "wheels")
     started: list[str] = []
     with LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=2) as executor:
-        needed = executor.build(
-            job("pypto", "f" * 40, sleeper(2, started, "f"), settings, tmp_path)
-        )
+        needed = executor.build(sleeping("f", 2, started, settings, tmp_path))
         time.sleep(0.5)
-        guess = executor.build(
-            job("pypto", "e" * 40, sleeper(0, started, "e"), settings, tmp_path, speculative=True)
-        )
+        guess = executor.build(sleeping("e", 0, started, settings, tmp_path, speculative=True))
         assert needed.result(timeout=600).ok and guess.result(timeout=600).ok
         assert started == ["f", "e"]  # the guess waited for the test's build
-        with executor._lock:
-            executor._imaging += 1  # a test's image is being made, as `run` counts it
-        try:
+        with a_test_image_being_made(executor):
             assert executor.needed_busy() and not executor.needed_busy(images=False)
-            source = sleeper(0, started, "g")
-            later = executor.build(
-                job("pypto", "g" * 40, source, settings, tmp_path, speculative=True)
-            )
+            later = executor.build(sleeping("g", 0, started, settings, tmp_path, speculative=True))
             assert later.result(timeout=120).ok
-        finally:
-            with executor._lock:
-                executor._imaging -= 1
     assert started == ["f", "e", "g"]
 
 
@@ -204,12 +210,8 @@ def test_closing_stops_speculative_builds_and_caches_nothing_half_written(
     cache = WheelCache(tmp_path / "wheels")
     started: list[str] = []
     executor = LocalExecutor(docker_client, cache, [Slot("0")], build_jobs=1)
-    running = executor.build(
-        job("pypto", "e" * 40, sleeper(600, started, "e"), settings, tmp_path, speculative=True)
-    )
-    queued = executor.build(
-        job("pypto", "f" * 40, sleeper(0, started, "f"), settings, tmp_path, speculative=True)
-    )
+    running = executor.build(sleeping("e", 600, started, settings, tmp_path, speculative=True))
+    queued = executor.build(sleeping("f", 0, started, settings, tmp_path, speculative=True))
     deadline = time.monotonic() + 120
     while not build_containers(docker_client, "e" * 40) and time.monotonic() < deadline:
         time.sleep(0.2)

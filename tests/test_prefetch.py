@@ -24,6 +24,7 @@ from runner.sample.histories import SampleSpec
 from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
 from tests.fixtures.samples import SMALL
+from tests.test_executor import a_test_image_being_made
 from tests.test_ledger import make_inputs
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -165,16 +166,10 @@ def test_a_guess_waits_for_a_tests_image_until_an_example_has_shown_it_hides_gue
 ) -> None:
     tester, executor = guessing.tester, guessing.executor
     executor.guesses_compete = True  # one device, one build slot: guesses compete with tests
-    with executor._lock:
-        executor._imaging += 1  # a test's image is being made, as `run` counts it
-    try:
-        with tester._ahead_cond:
-            assert not tester._guess_may_start()  # no example has run yet
-            tester._run_times.append(5.0)  # a slow example, builds of a second
-            tester._build_times.append(1.0)
-            assert tester._guess_may_start()
-            tester._run_times[:] = [0.05]  # a fast one: guesses would only slow the rounds
-            assert not tester._guess_may_start()
-    finally:
-        with executor._lock:
-            executor._imaging -= 1
+    with a_test_image_being_made(executor), tester._ahead_cond:
+        assert not tester._guess_may_start()  # no example has run yet
+        tester._run_times.append(5.0)  # a slow example, builds of a second
+        tester._build_times.append(1.0)
+        assert tester._guess_may_start()
+        tester._run_times[:] = [0.05]  # a fast one: guesses would only slow the rounds
+        assert not tester._guess_may_start()
