@@ -214,6 +214,15 @@ def consistent(tallies: Mapping[int, Tally]) -> bool:
     return not goods or not bads or max(goods) < min(bads)
 
 
+def open_range(count: int, tallies: Mapping[int, Tally]) -> tuple[int, int] | None:
+    """A record without contradiction: its last passing and first failing index (the ends when
+    untested); the first bad commit is after the one and at or before the other. None when some
+    pass comes at or after some fail."""
+    last_good = max((i for i, t in tallies.items() if t.good), default=0)
+    first_bad = min((i for i, t in tallies.items() if t.bad), default=count - 1)
+    return (last_good, first_bad) if last_good < first_bad else None
+
+
 def bisection_steps(count: int) -> int:
     """Steps plain bisection takes at worst to find the first bad of ``count`` candidates whose
     ends are known (the endpoints not counted): ceil(log2(count - 1))."""
@@ -597,16 +606,38 @@ class _Model:
         # the index nearest the posterior median, then to one not tested yet, then to the lower
         # index, as plain bisection would: deterministic, so replay agrees.
         median = self._median()
-        best = max(
-            testable,
-            key=lambda i: (
-                round(gains[i], 6),
-                -abs(i - median),
-                -self.tallies.get(i, Tally()).runs,
-                -i,
-            ),
-        )
-        return best if gains[best] > 1e-9 else None
+
+        def key(i: int) -> tuple[float, float, int, int]:
+            return (round(gains[i], 6), -abs(i - median), -self.tallies.get(i, Tally()).runs, -i)
+
+        best = max(testable, key=key)
+        if gains[best] <= 1e-9:
+            return None
+        # A new commit inside a consistent record's range splits it as plain bisection would.
+        band = self._plain_band()
+        if band is not None and band[0] < best < band[1]:
+            kept = [i for i in testable if band[2] <= i <= band[3]]
+            best = max(kept, key=key, default=best)
+        return best
+
+    def _plain_band(self) -> tuple[int, int, int, int] | None:
+        """A consistent record's last pass and first fail, and the picks between them that keep
+        plain bisection's worst case, as (last good, first bad, first, last); None when the
+        record contradicts itself or the range is settled.
+
+        Plain bisection needs ceil(log2 n) more steps for the n hypotheses of the open range.
+        The gain can prefer an uneven split (hypotheses outside the range, which need a lie,
+        keep some probability; a second level starts with plenty of it), and an uneven split
+        costs a deterministic example a step more at worst.
+        """
+        found = open_range(self.count, self.tallies)
+        if found is None or found[1] - found[0] <= 2:
+            return None
+        last_good, first_bad = found
+        half = 2 ** (math.ceil(math.log2(first_bad - last_good)) - 1)
+        # fail: first bad in last_good+1..i (i - last_good); pass: i+1..first_bad
+        first, last = max(last_good + 1, first_bad - half), min(first_bad - 1, last_good + half)
+        return last_good, first_bad, first, last
 
     def _median(self) -> float:
         cumulative = 0.0

@@ -357,6 +357,29 @@ def test_every_deterministic_history_costs_at_most_three_tests_more_than_plain_b
     assert worst <= 3
 
 
+@pytest.mark.parametrize("inside_weight", [1 / 4, 1 / 8])
+def test_probability_outside_a_consistent_range_does_not_make_its_split_uneven(inside_weight):
+    """A second level starts like this: the hypotheses before its range (the first level's
+    commits, which need its last pass to be a lie) keep much of the probability, and the most
+    informative pick leans towards them: 23 of 11..41 at weight 1/8, which leaves 18 candidates
+    on a pass and costs a deterministic example a sixth step. Picks of new commits inside the
+    range keep plain bisection's worst case, ceil(log2 31) = 5."""
+    count, last_good = 42, 10
+    weights = [1.0] * (last_good + 1) + [inside_weight] * (count - last_good - 1)
+    worst = 0
+    for culprit in range(last_good + 1, count):
+        observations = {0: [G], last_good: [G], count - 1: [B]}
+        new_inside = 0
+        while isinstance(step := decide(count, observations, weights=weights), Test):
+            index = step.indices[0]
+            if index in observations:
+                break  # the range is settled: the boundary's re-tests
+            new_inside += last_good < index < count - 1
+            observations[index] = [B if index >= culprit else G]
+        worst = max(worst, new_inside)
+    assert worst == math.ceil(math.log2(count - 1 - last_good))
+
+
 def test_a_boundary_takes_its_fifth_run_on_the_side_the_model_doubts():
     # The bad side has two runs (16 and the end), so after two fails and two passes the model
     # still doubts 16 and asks for a third fail. That run is the fifth of the boundary: the last
