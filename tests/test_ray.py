@@ -542,6 +542,7 @@ def test_simulator_runs_on_ray_are_lane_0_of_their_container_whatever_device_say
     assert f"0@{nodes[0]}" in header and "(placed by Ray)" in header, header
 
 
+@pytest.mark.docker
 def test_a_card_that_times_out_on_ray_is_warned_about_and_named_with_its_node(
     sample_factory, ray_cluster, ray_cache, tmp_path
 ):
