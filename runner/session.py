@@ -29,7 +29,6 @@ from runner.confidence import (
     decide,
     endpoint_check,
     evidence,
-    open_range,
     pair_verdict,
     tally,
 )
@@ -43,7 +42,6 @@ from runner.search import (
     Test,
     Verdict,
     bounds,
-    k_way_cuts,
     next_step,
     steps_left,
 )
@@ -321,16 +319,6 @@ def _quantile_picks(posterior: Belief, first: int, k: int) -> tuple[int, ...]:
         index, _ = min(cumulative, key=lambda c: (abs(c[1] - target), c[0]))
         if index > 0 and index not in picks:
             picks.append(index)
-    # The cuts inside a consistent record's range split it as plain k-way bisection would (the
-    # probability outside, which needs a lie, would crowd them to one side); the ones outside
-    # re-test.
-    known = open_range(count, posterior.tallies)
-    if known is not None:
-        inside = [i for i in picks if known[0] < i < known[1]]
-        range_ = tuple(i for i in range(known[0] + 1, known[1]) if i not in untestable)
-        if inside and range_:
-            plain = iter(k_way_cuts(range_, len(inside)))
-            picks = [next(plain) if i in inside else i for i in picks]
     # A posterior piled on one boundary gives fewer distinct cuts than devices: fill with the
     # best single pick, then both sides of the likeliest boundaries (last good, first bad).
     fill = [first]

@@ -92,22 +92,6 @@ def test_quantile_cuts_of_a_fresh_posterior_split_as_well_as_the_plain_k_way_spl
     assert largest_part(inside) == largest_part(k_way_cuts(open_, k))
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_quantile_cuts_inside_a_consistent_range_ignore_the_probability_outside_it(k):
-    """Hypotheses before the range (weight 1 each, one lie away) hold about a fifth of the
-    probability: cutting the whole posterior would crowd the cuts to the range's good end; the
-    cuts inside it split it as plain bisection does (a spare device may re-test its last pass)."""
-    count, last_good = 42, 10
-    weights = [1.0] * (last_good + 1) + [1 / 8] * (count - last_good - 1)
-    posterior = belief(count, {0: [Verdict.GOOD], last_good: [Verdict.GOOD]}, weights=weights)
-    assert sum(posterior.probabilities[1 : last_good + 1]) > 0.15
-    picks = _quantile_picks(posterior, first=26, k=k)
-    open_ = tuple(range(last_good + 1, count - 1))
-    inside = [i for i in picks if i in open_]
-    assert len(inside) >= k - 1
-    assert sorted(inside) == sorted(k_way_cuts(open_, len(inside)))
-
-
 def test_outcomes_of_a_round_are_the_monotone_ones_middle_first():
     outcomes = _outcomes((7, 3))
     assert len(outcomes) == 3
