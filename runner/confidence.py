@@ -214,15 +214,6 @@ def consistent(tallies: Mapping[int, Tally]) -> bool:
     return not goods or not bads or max(goods) < min(bads)
 
 
-def open_range(count: int, tallies: Mapping[int, Tally]) -> tuple[int, int] | None:
-    """A record without contradiction: its last passing and first failing index (the ends when
-    untested); the first bad commit is after the one and at or before the other. None when some
-    pass comes at or after some fail."""
-    last_good = max((i for i, t in tallies.items() if t.good), default=0)
-    first_bad = min((i for i, t in tallies.items() if t.bad), default=count - 1)
-    return (last_good, first_bad) if last_good < first_bad else None
-
-
 def bisection_steps(count: int) -> int:
     """Steps plain bisection takes at worst to find the first bad of ``count`` candidates whose
     ends are known (the endpoints not counted): ceil(log2(count - 1))."""
@@ -630,10 +621,10 @@ class _Model:
         keep some probability; a second level starts with plenty of it), and an uneven split
         costs a deterministic example a step more at worst.
         """
-        found = open_range(self.count, self.tallies)
-        if found is None or found[1] - found[0] <= 2:
+        last_good = max((i for i, t in self.tallies.items() if t.good), default=0)
+        first_bad = min((i for i, t in self.tallies.items() if t.bad), default=self.count - 1)
+        if first_bad - last_good <= 2:  # a pass at or after a fail, or the range is settled
             return None
-        last_good, first_bad = found
         half = 2 ** (math.ceil(math.log2(first_bad - last_good)) - 1)
         # fail: first bad in last_good+1..i (i - last_good); pass: i+1..first_bad
         first, last = max(last_good + 1, first_bad - half), min(first_bad - 1, last_good + half)

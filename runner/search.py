@@ -101,10 +101,10 @@ def next_step(count: int, verdicts: Mapping[int, Verdict], parallel: int = 1) ->
         return Found(hi) if hi == lo + 1 else Inconclusive(lo + 1, hi)
     if parallel == 1:
         return Test((_nearest_untested((lo + hi) // 2, lo, hi, verdicts),))
-    return Test(k_way_cuts(open_, parallel))
+    return Test(_split(open_, parallel))
 
 
-def k_way_cuts(open_: tuple[int, ...], parallel: int) -> tuple[int, ...]:
+def _split(open_: tuple[int, ...], parallel: int) -> tuple[int, ...]:
     """Pick ``parallel`` indices cutting ``open_`` into ``parallel + 1`` near-equal parts.
 
     Cut ``j`` sits at position ``floor(j * (n + 1) / (parallel + 1))`` (1-based) among the ``n``

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from runner.confidence import Belief, belief
 from runner.ledger import Attempt
 from runner.sample.histories import Sample, SampleSpec, make_sample
-from runner.search import Verdict, k_way_cuts
+from runner.search import Verdict, _split
 from runner.session import (
     EndpointFailure,
     LevelResult,
@@ -89,7 +89,7 @@ def test_quantile_cuts_of_a_fresh_posterior_split_as_well_as_the_plain_k_way_spl
     inside = [i for i in picks if i in open_]
     assert len(set(picks)) == len(picks) <= k
     assert len(inside) == min(k, len(open_))  # a spare device may re-test an endpoint
-    assert largest_part(inside) == largest_part(k_way_cuts(open_, k))
+    assert largest_part(inside) == largest_part(_split(open_, k))
 
 
 def test_outcomes_of_a_round_are_the_monotone_ones_middle_first():
