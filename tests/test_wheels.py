@@ -162,7 +162,8 @@ def test_a_wheel_is_built_once_and_then_comes_from_the_cache(
 def test_a_cached_wheel_damaged_on_disk_is_never_used_and_is_built_again(
     docker_client: docker.DockerClient, cache: WheelCache, settings: BuildSettings, tmp_path: Path
 ) -> None:
-    source = simpler_source()
+    # Dated, as the exporter's sources are: the rebuild is then the same file, byte for byte.
+    source = DatedSources(lambda dest: write_simpler(dest, revision=1), committed=1_700_000_000)
 
     def build() -> WheelResult:
         return build_wheel(
@@ -172,6 +173,8 @@ def test_a_cached_wheel_damaged_on_disk_is_never_used_and_is_built_again(
     built = build()
     assert built.ok and built.wheel is not None, built.reason
     data = built.wheel.read_bytes()
+    with zipfile.ZipFile(built.wheel) as wheel:
+        assert {entry.date_time[0] for entry in wheel.infolist()} == {2023}
 
     # Truncated: its size says so at once, and the next build makes it again.
     built.wheel.write_bytes(data[:600])
