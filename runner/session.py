@@ -951,11 +951,12 @@ class Session:
             outcome.notes.append(_low_confidence_note(second))
         return outcome
 
-    def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change] | None:
-        """When untestable commits end the pypto level and every one of them only moves the
-        runtime pointer along one simpler path, as does the bad commit after them (which may
-        change pypto's code too): where the stretch starts and the pointer move it makes as a
-        whole, with the bad commit's code change if it has one."""
+    def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change, bool] | None:
+        """When untestable commits end the pypto level and the runtime pointer moves along one
+        simpler path across them and the bad commit after them: where the stretch starts, the
+        pointer move it makes as a whole (with pypto's code change, if any), and whether the
+        untestable commits change pypto's code too (a bump whose own build fails, fixed by the
+        next commit): then only a regression the pointer move carries can be pinned down."""
         if first.inconclusive is None:
             return None
         lo, hi = first.inconclusive
@@ -966,8 +967,7 @@ class Session:
             paths = change.changed_paths
             return any(_builds_from(path) for path in paths if path not in METADATA_PATHS)
 
-        if any(builds(change) for change in changes[:-1]):
-            return None
+        untested_code = any(builds(change) for change in changes[:-1])
         old, new = self.gitlink(commits[0]), self.gitlink(commits[-1])
         if old is None or new is None or old == new:
             return None
@@ -978,12 +978,21 @@ class Session:
         positions = [states.index(p) if p in states else -1 for p in map(self.gitlink, commits)]
         if positions != sorted(positions) or positions[0] != 0 or -1 in positions:
             return None  # the pointers do not walk one path: no single simpler range holds them
-        kind: ChangeKind = "pointer-and-code" if builds(changes[-1]) else "pointer-only"
-        return lo, replace(changes[-1], parent=commits[0], old=old, new=new, kind=kind)
+        coded = untested_code or builds(changes[-1])
+        kind: ChangeKind = "pointer-and-code" if coded else "pointer-only"
+        return (
+            lo,
+            replace(changes[-1], parent=commits[0], old=old, new=new, kind=kind),
+            untested_code,
+        )
 
-    def _across_stretch(self, first: LevelResult, lo: int, change: Change) -> Outcome:
-        """Bisect simpler across a stretch of pointer-only bumps the pypto level could not
-        judge (their new pointers do not build): their pairs are states of one simpler range."""
+    def _across_stretch(
+        self, first: LevelResult, lo: int, change: Change, untested_code: bool
+    ) -> Outcome:
+        """Bisect simpler across a stretch of bumps the pypto level could not judge (their new
+        pointers, or their own code, do not build): their pairs are states of one simpler range.
+        When the untested commits change pypto's code too, a regression that pypto's code
+        carries stays the whole stretch: nothing tells which of its commits brought it."""
         assert first.inconclusive is not None
         hi = first.inconclusive[1]
         commits = first.candidates[lo : hi + 1]
@@ -991,17 +1000,34 @@ class Session:
         outcome = Outcome("pypto", first, change=change)
         self._partial = outcome
         assert change.old is not None and change.new is not None
-        outcome.notes.append(
-            f"pypto {commits[0][:12]}..{commits[-1][:12]} could not be told apart (untested "
-            f"commits before the first bad one), but each only moves the {self.path} pointer: "
-            f"simpler is bisected across their combined move {change.old[:12]} -> "
-            f"{change.new[:12]} with pypto's code, which they share"
-        )
+        span = f"pypto {commits[0][:12]}..{commits[-1][:12]} could not be told apart (untested "
+        if untested_code:
+            outcome.notes.append(
+                f"{span}commits before the first bad one, which change pypto's code and move the "
+                f"{self.path} pointer): simpler is bisected across their combined move "
+                f"{change.old[:12]} -> {change.new[:12]} with pypto at {commits[-1][:12]}, the "
+                "first of them that builds"
+            )
+        else:
+            outcome.notes.append(
+                f"{span}commits before the first bad one), but each only moves the {self.path} "
+                f"pointer: simpler is bisected across their combined move {change.old[:12]} -> "
+                f"{change.new[:12]} with pypto's code, which they share"
+            )
         try:
             outcome = self._joint(first, outcome, change, lo=lo)
         except Pending:
             first.found = None  # still open: the chain's runs decide it (its posterior shows)
             raise
+        if untested_code and outcome.source == "pypto" and first.found == hi:
+            # pypto's code carries it, and the untested commits' code is part of that code
+            first.found, first.inconclusive = None, (lo, hi)
+            outcome.source, outcome.change, outcome.simpler = "inconclusive", None, None
+            outcome.notes.append(
+                f"pypto's code carries the regression, and {hi - lo} untested commit(s) before "
+                f"{commits[-1][:12]} change that code too: the first bad one is any of them"
+            )
+            return outcome
         blamed = first.first_bad
         # The blamed bump's own move; none when the answer is one of several bumps.
         outcome.change = None if blamed is None else self.history.classify(blamed, self.path)

@@ -707,6 +707,54 @@ def test_untestable_pointer_only_bumps_in_a_row_are_bisected_as_one_simpler_rang
     assert len(simpler_runs) <= math.ceil(math.log2(4)) + EXTRA
 
 
+def broken_bump_spec(**regression: int) -> SampleSpec:
+    """pypto 4 bumps simpler 1 -> 6 and changes pypto's code, and its own build fails; pypto 5
+    changes the code again and builds (the fix-up commit that follows a bump)."""
+    return SampleSpec(
+        **SMALL,
+        bumps=((4, 6),),
+        code_with_bump=frozenset({4}),
+        broken_pypto=frozenset({4}),
+        **regression,
+    )
+
+
+@pytest.mark.parametrize("repeat", [None, 1])
+@pytest.mark.parametrize("regression", [3, 5])
+def test_a_bump_whose_own_build_fails_still_names_the_simpler_commit_its_move_brings(
+    sample_factory, repeat, regression
+):
+    sample = sample_factory(broken_bump_spec(simpler_regression_at=regression))
+
+    outcome, tester = bisect(sample, repeat=repeat)
+
+    assert outcome.source == "simpler"
+    assert outcome.simpler_culprit == sample.simpler_shas[regression]
+    # The bump's pointer move brings the simpler commit; its own code is never built.
+    assert outcome.pypto.suspects == [sample.pypto_shas[4]]
+    assert outcome.exit_code == 0
+    assert outcome.simpler.anchor == sample.pypto_shas[5]
+    assert any("the first of them that builds" in note for note in outcome.notes)
+    assert any("blamed without" in note for note in outcome.notes)
+    assert (sample.pypto_shas[5], sample.simpler_shas[1]) in {(p, s) for _, p, s in tester.tested}
+
+
+@pytest.mark.parametrize("repeat", [None, 1])
+def test_a_code_regression_across_a_bump_whose_build_fails_stays_the_whole_stretch(
+    sample_factory, repeat
+):
+    sample = sample_factory(broken_bump_spec(pypto_regression_at=5))
+
+    outcome, _ = bisect(sample, repeat=repeat)
+
+    # pypto 5's code with the old pointer fails: 4's code change may have done it as well.
+    assert outcome.source == "inconclusive"
+    assert outcome.exit_code == 1
+    assert outcome.pypto.suspects == sample.pypto_shas[4:6]
+    assert outcome.simpler is None
+    assert any("untested commit(s) before" in note for note in outcome.notes)
+
+
 @pytest.mark.parametrize(
     "spec",
     [SampleSpec(**SMALL, bumps=((4, 6),), simpler_regression_at=4), stretch_spec(2)],
@@ -847,14 +895,20 @@ def test_a_commit_that_builds_nothing_new_inside_a_stretch_keeps_it_one_range(
     assert outcome.exit_code == 0
 
 
-def test_a_stretch_whose_untestable_bump_changes_code_stays_inconclusive(sample_factory):
+def test_a_stretch_whose_untestable_bump_changes_code_is_bisected_with_the_code_after_it(
+    sample_factory,
+):
+    # pypto 4 changes code and points at the broken simpler 3; pypto 5 has its code and points
+    # at simpler 5: the simpler range 1..5 is bisected with pypto 5, which builds.
     sample = sample_factory(stretch_spec(2, code_with_bump=frozenset({4})))
 
     outcome, tester = bisect(sample)
 
-    assert outcome.source == "inconclusive" and outcome.exit_code == 1
-    assert outcome.pypto.suspects == sample.pypto_shas[4:6]
-    assert not [t for t in tester.tested if t[0] == "simpler"]
+    assert outcome.source == "simpler" and outcome.exit_code == 0
+    assert outcome.simpler_culprit == sample.simpler_shas[2]
+    assert outcome.pypto.suspects == [sample.pypto_shas[4]]  # its move takes in simpler 2
+    assert outcome.simpler.anchor == sample.pypto_shas[5]
+    assert {p for level, p, _ in tester.tested if level == "simpler"} == {sample.pypto_shas[5]}
 
 
 @pytest.mark.parametrize("repeat", [None, 1])
