@@ -36,6 +36,13 @@ CODE_HALF = SampleSpec(
 BROKEN_STRETCH = SampleSpec(
     **SMALL, bumps=((6, 5),), pypto_regression_at=5, broken_pypto=frozenset({3, 4})
 )
+BROKEN_BUMP = SampleSpec(
+    **SMALL,
+    bumps=((4, 5),),
+    code_with_bump=frozenset({4}),
+    broken_pypto=frozenset({4}),
+    simpler_regression_at=3,
+)
 BACKWARD = SampleSpec(
     **{**SMALL, "simpler_commits": 8},
     bumps=((4, 7), (6, 3)),
@@ -102,6 +109,28 @@ def test_a_regression_in_a_simpler_commit_inside_a_bump_is_found_at_the_simpler_
     rows = [row["sha"] for row in report["confidence"]["simpler"]["tested"]]
     assert sample.simpler_shas[1] in rows and sample.simpler_shas[5] in rows
     assert all(f"| `{sha[:12]}` |  |" not in table for sha in rows), "a subject is missing"
+
+
+def test_a_bump_that_does_not_build_still_names_the_simpler_commit_its_move_brings(
+    sample_factory, bisect, tmp_path
+):
+    # pypto 4 bumps simpler and changes code that fails to compile; pypto 5 fixes the code.
+    sample = sample_factory(BROKEN_BUMP)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["source"] == "simpler"
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[4]
+    assert report["simpler"]["culprit"] == sample.simpler_shas[3]
+    assert report["simpler"]["pypto"] == sample.pypto_shas[5]
+    skipped = [s for s in report["steps"] if s["verdict"] == "skip"]
+    assert [s["pypto"] for s in skipped] == [sample.pypto_shas[4]]
+    assert "build failed" in skipped[0]["reason"]
+    assert any("the first of them that builds" in note for note in report["notes"])
+    markdown = (tmp_path / "work" / "report.md").read_text()
+    assert sample.simpler_shas[3] in markdown and "blamed without" in markdown
 
 
 def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_factory, bisect):
