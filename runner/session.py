@@ -1004,9 +1004,9 @@ class Session:
         if untested_code:
             outcome.notes.append(
                 f"{span}commits before the first bad one, which change pypto's code and move the "
-                f"{self.path} pointer): simpler is bisected across their combined move "
-                f"{change.old[:12]} -> {change.new[:12]} with pypto at {commits[-1][:12]}, the "
-                "first of them that builds"
+                f"{self.path} pointer): their combined move {change.old[:12]} -> "
+                f"{change.new[:12]} is split as one bump with the code of {commits[-1][:12]}, the "
+                "first of them that builds, and simpler is bisected across it"
             )
         else:
             outcome.notes.append(
@@ -1015,7 +1015,7 @@ class Session:
                 f"{change.new[:12]} with pypto's code, which they share"
             )
         try:
-            outcome = self._joint(first, outcome, change, lo=lo)
+            outcome = self._joint(first, outcome, change, lo=lo, mixed=untested_code)
         except Pending:
             first.found = None  # still open: the chain's runs decide it (its posterior shows)
             raise
@@ -1026,6 +1026,22 @@ class Session:
             outcome.notes.append(
                 f"pypto's code carries the regression, and {hi - lo} untested commit(s) before "
                 f"{commits[-1][:12]} change that code too: the first bad one is any of them"
+            )
+            return outcome
+        covered = outcome.split is not None and outcome.split.code_half is Verdict.GOOD
+        found = first.found
+        if untested_code and outcome.source == "simpler" and found and found > lo and not covered:
+            # The move reaches the simpler culprit at `found`, but the untested commits before it
+            # were never built with the old pointer: any of them may be bad on its own.
+            culprit = outcome.simpler_culprit or "?"
+            anchor = (outcome.simpler.anchor if outcome.simpler else None) or "?"
+            first.found, first.inconclusive = None, (lo, found)
+            outcome.source, outcome.change, outcome.simpler = "inconclusive", None, None
+            outcome.notes.append(
+                f"the pointer move carries a regression (simpler {culprit[:12]} with pypto at "
+                f"{anchor[:12]}), but the untested commits before {first.candidates[found][:12]} "
+                "change pypto's code and were never built with the old pointer: the first bad one "
+                "is any of them"
             )
             return outcome
         blamed = first.first_bad
@@ -1049,7 +1065,12 @@ class Session:
         return evidence(first.observations, first.found)
 
     def _joint(
-        self, first: LevelResult, outcome: Outcome, change: Change, lo: int | None = None
+        self,
+        first: LevelResult,
+        outcome: Outcome,
+        change: Change,
+        lo: int | None = None,
+        mixed: bool = False,
     ) -> Outcome:
         """Bisect inside the culprit's pointer move and check both levels' boundaries at once.
 
@@ -1063,13 +1084,14 @@ class Session:
         exactly what its parent built. Each pypto commit keeps its prior share; a bump's share
         is spread over the pairs inside it.
 
-        `lo`: a stretch of pointer-only bumps ``lo..found`` taken as one move (see
-        `_across_stretch`); each state inside it blames the first bump whose pointer reaches it.
+        `lo`: a stretch of bumps ``lo..found`` taken as one move (see `_across_stretch`); each
+        state inside it blames the first bump whose pointer reaches it. `mixed`: the stretch's
+        untested commits change pypto's code too, so its parent is the commit before it.
         """
         assert first.found is not None and change.old is not None and change.new is not None
         c = first.found
         lo = c if lo is None else lo
-        parent, culprit = first.candidates[c - 1], first.candidates[c]
+        parent, culprit = first.candidates[(lo if mixed else c) - 1], first.candidates[c]
         anchor: str | None = culprit
         if change.kind == "pointer-and-code":
             split = self._split(first, parent, culprit, change.old, change.new)
@@ -1085,7 +1107,7 @@ class Session:
             if found is None:
                 return outcome
             states = found
-        built = self._joint_chain(first, c, lo, change, anchor, states, outcome.split)
+        built = self._joint_chain(first, c, lo, change, anchor, states, outcome.split, mixed)
         chain, links, origin, at_state = built.result, built.links, built.origin, built.at_state
         self._chain = chain
         second = None
@@ -1128,10 +1150,11 @@ class Session:
         anchor: str | None,
         states: Sequence[str],
         split: Split | None,
+        mixed: bool = False,
     ) -> _Chain:
-        """The joint chain of `_joint` for the bump at `c` (``lo..c`` for a stretch), its
-        runs not counted yet."""
-        parent, culprit = first.candidates[c - 1], first.candidates[c]
+        """The joint chain of `_joint` for the bump at `c` (``lo..c`` for a stretch, `mixed`
+        when its untested commits change code too), its runs not counted yet."""
+        parent, culprit = first.candidates[(lo if mixed else c) - 1], first.candidates[c]
         assert change.old is not None
         links: list[list[tuple[str, str | None]]] = [
             [(commit, self.gitlink(commit))] for commit in first.candidates[:lo]
@@ -1149,7 +1172,7 @@ class Session:
                 reach[states.index(self.gitlink(first.candidates[k]) or "")] = k
         owner = lambda j: min((k for p, k in reach.items() if p >= j), default=c)  # noqa: E731
         # Their own runs are the anchor's when it has their code (not the last bump's new code).
-        same_code = change.kind == "pointer-only" or anchor == parent
+        same_code = not mixed and (change.kind == "pointer-only" or anchor == parent)
         if anchor is None:
             if split is not None and split.code_half is not Verdict.SKIP:
                 links.append([(culprit, change.old)])

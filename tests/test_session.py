@@ -739,6 +739,53 @@ def test_a_bump_whose_own_build_fails_still_names_the_simpler_commit_its_move_br
     assert (sample.pypto_shas[5], sample.simpler_shas[1]) in {(p, s) for _, p, s in tester.tested}
 
 
+class FixUpNeedsNewPointer(SpecTester):
+    """The fix-up's code (pypto 5) only builds with the bump's new simpler API, and `broken`
+    pypto commits do not build at all."""
+
+    def __init__(self, sample: Sample, broken: frozenset[int] = frozenset()) -> None:
+        super().__init__(sample)
+        self.broken = broken
+
+    def truth(self, pypto, simpler):
+        i = self.sample.pypto_index(pypto)
+        if i in self.broken or (i == 5 and simpler == self.sample.simpler_shas[1]):
+            return Verdict.SKIP
+        return super().truth(pypto, simpler)
+
+
+def test_a_bump_whose_code_half_cannot_build_is_still_blamed_when_it_opens_the_stretch(
+    sample_factory,
+):
+    # (5, simpler 1) does not build; the parent's code with the new pointer does and fails.
+    sample = sample_factory(broken_bump_spec(simpler_regression_at=3))
+
+    outcome, _ = bisect(sample, tester=FixUpNeedsNewPointer(sample))
+
+    assert outcome.source == "simpler" and outcome.exit_code == 0
+    assert outcome.simpler_culprit == sample.simpler_shas[3]
+    assert outcome.simpler.anchor == sample.pypto_shas[3]  # the parent: the pointer half
+    assert outcome.pypto.suspects == [sample.pypto_shas[4]]  # nothing untested before it
+
+
+def test_untested_code_before_the_bump_that_brings_the_simpler_commit_is_not_cleared(
+    sample_factory,
+):
+    # pypto 4 (code only, old pointer) does not build and pypto 5 bumps simpler 1 -> 6 with
+    # code that needs it: nothing ever builds pypto 4's code with the old pointer, so it may be
+    # the first bad commit as well as the bump.
+    sample = sample_factory(
+        SampleSpec(**SMALL, bumps=((5, 6),), code_with_bump=frozenset({5}), simpler_regression_at=3)
+    )
+
+    outcome, _ = bisect(sample, tester=FixUpNeedsNewPointer(sample, broken=frozenset({4})))
+
+    assert outcome.source == "inconclusive" and outcome.exit_code == 1
+    assert outcome.pypto.suspects == sample.pypto_shas[4:6]
+    [note] = [n for n in outcome.notes if "never built with the old pointer" in n]
+    assert f"simpler {sample.simpler_shas[3][:12]}" in note
+
+
 @pytest.mark.parametrize("repeat", [None, 1])
 def test_a_code_regression_across_a_bump_whose_build_fails_stays_the_whole_stretch(
     sample_factory, repeat
