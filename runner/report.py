@@ -424,6 +424,12 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
     suspects: dict[str, set[str | None]] = {}
     if outcome.pypto.found is None:
         suspects["pypto"] = set(outcome.pypto.suspects)
+    else:
+        # A bump blamed for the simpler commit its move brings, though its own build failed.
+        blamed = outcome.pypto.candidates[outcome.pypto.found]
+        runs = [a for a in doc.counted() if a.level == "pypto" and a.pypto_sha == blamed]
+        if runs and all(a.verdict is Verdict.SKIP for a in runs):
+            suspects["pypto"] = {blamed}
     if outcome.simpler is not None and outcome.simpler.found is None:
         suspects["simpler"] = set(outcome.simpler.suspects)
     reasons: dict[str, dict[str, set[str]]] = {}

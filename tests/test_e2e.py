@@ -129,6 +129,9 @@ def test_a_bump_that_does_not_build_still_names_the_simpler_commit_its_move_brin
     assert [s["pypto"] for s in skipped] == [sample.pypto_shas[4]]
     assert "build failed" in skipped[0]["reason"]
     assert any("the first of them that builds" in note for note in report["notes"])
+    # Why the blamed bump has no run of its own, with its build log.
+    [untested] = [n for n in report["notes"] if "could not be tested: build failed" in n]
+    assert untested.startswith("1 pypto candidate") and skipped[0]["log"] in untested
     markdown = (tmp_path / "work" / "report.md").read_text()
     assert sample.simpler_shas[3] in markdown and "blamed without" in markdown
 
