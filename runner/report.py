@@ -421,20 +421,21 @@ def _environment_lines(data: dict[str, Any]) -> list[str]:
 
 def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
     """Why the candidates left over were skipped: the one thing to fix before running again."""
+    counted = doc.counted()
     suspects: dict[str, set[str | None]] = {}
     if outcome.pypto.found is None:
         suspects["pypto"] = set(outcome.pypto.suspects)
     else:
         # A bump blamed for the simpler commit its move brings, though its own build failed.
         blamed = outcome.pypto.candidates[outcome.pypto.found]
-        runs = [a for a in doc.counted() if a.level == "pypto" and a.pypto_sha == blamed]
+        runs = [a for a in counted if a.level == "pypto" and a.pypto_sha == blamed]
         if runs and all(a.verdict is Verdict.SKIP for a in runs):
             suspects["pypto"] = {blamed}
     if outcome.simpler is not None and outcome.simpler.found is None:
         suspects["simpler"] = set(outcome.simpler.suspects)
     reasons: dict[str, dict[str, set[str]]] = {}
     logs: dict[str, str] = {}  # reason -> the log of its latest attempt
-    for attempt in doc.counted():
+    for attempt in counted:
         if attempt.verdict is not Verdict.SKIP:
             continue
         tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha

@@ -1019,30 +1019,12 @@ class Session:
         except Pending:
             first.found = None  # still open: the chain's runs decide it (its posterior shows)
             raise
-        if untested_code and outcome.source == "pypto" and first.found == hi:
-            # pypto's code carries it, and the untested commits' code is part of that code
-            first.found, first.inconclusive = None, (lo, hi)
+        kept = self._untested_code_kept(first, outcome, lo, hi) if untested_code else None
+        if kept is not None:
+            last, note = kept
+            first.found, first.inconclusive = None, (lo, last)
             outcome.source, outcome.change, outcome.simpler = "inconclusive", None, None
-            outcome.notes.append(
-                f"pypto's code carries the regression, and {hi - lo} untested commit(s) before "
-                f"{commits[-1][:12]} change that code too: the first bad one is any of them"
-            )
-            return outcome
-        covered = outcome.split is not None and outcome.split.code_half is Verdict.GOOD
-        found = first.found
-        if untested_code and outcome.source == "simpler" and found and found > lo and not covered:
-            # The move reaches the simpler culprit at `found`, but the untested commits before it
-            # were never built with the old pointer: any of them may be bad on its own.
-            culprit = outcome.simpler_culprit or "?"
-            anchor = (outcome.simpler.anchor if outcome.simpler else None) or "?"
-            first.found, first.inconclusive = None, (lo, found)
-            outcome.source, outcome.change, outcome.simpler = "inconclusive", None, None
-            outcome.notes.append(
-                f"the pointer move carries a regression (simpler {culprit[:12]} with pypto at "
-                f"{anchor[:12]}), but the untested commits before {first.candidates[found][:12]} "
-                "change pypto's code and were never built with the old pointer: the first bad one "
-                "is any of them"
-            )
+            outcome.notes.append(note)
             return outcome
         blamed = first.first_bad
         # The blamed bump's own move; none when the answer is one of several bumps.
@@ -1055,6 +1037,33 @@ class Session:
                 "pointer move is the first of them to cross the simpler culprit"
             )
         return outcome
+
+    def _untested_code_kept(
+        self, first: LevelResult, outcome: Outcome, lo: int, hi: int
+    ) -> tuple[int, str] | None:
+        """How far a stretch whose untested commits change pypto's code stays open, and why; None
+        when the joint chain's answer stands. Up to its end when pypto's code carries the
+        regression (the untested code is part of that code); up to the blamed bump when the move
+        carries it but the untested commits before that bump were never built with the old
+        pointer (the code half did not pass), so any of them may be bad on its own."""
+        found = first.found
+        if outcome.source == "pypto" and found == hi:
+            return hi, (
+                f"pypto's code carries the regression, and {hi - lo} untested commit(s) before "
+                f"{first.candidates[hi][:12]} change that code too: the first bad one is any of "
+                "them"
+            )
+        covered = outcome.split is not None and outcome.split.code_half is Verdict.GOOD
+        if outcome.source == "simpler" and found is not None and found > lo and not covered:
+            culprit = outcome.simpler_culprit or "?"
+            anchor = (outcome.simpler.anchor if outcome.simpler else None) or "?"
+            return found, (
+                f"the pointer move carries a regression (simpler {culprit[:12]} with pypto at "
+                f"{anchor[:12]}), but the untested commits before {first.candidates[found][:12]} "
+                "change pypto's code and were never built with the old pointer: the first bad one "
+                "is any of them"
+            )
+        return None
 
     def _seen_elsewhere(self, first: LevelResult) -> tuple[int, int, int, int] | None:
         """The bisect's runs judged by its answer: what they say about the flake rates."""
