@@ -232,6 +232,8 @@ class Settings(BaseSettings):
     # How each setting that did not come from a flag was given, for messages about its value:
     # its environment variable, or the config file and key (see `given_as`).
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+    # Flags that override another value the environment or config file gives (a warning).
+    _overrides: list[str] = PrivateAttr(default_factory=list)
 
     pypto: Path | None = Field(default=None, description="The pypto checkout (only read).")
     simpler: Path | None = Field(
@@ -503,6 +505,11 @@ class Settings(BaseSettings):
     def cache_root(self) -> Path:
         return default_cache_dir() if self.cache_dir is None else self.cache_dir.expanduser()
 
+    @property
+    def overrides(self) -> list[str]:
+        """Flags that hide another value of the environment or the config file."""
+        return list(self._overrides)
+
     def given_as(self, key: str) -> str:
         """Where the user set `key`, to open a message about its value: the flag (also the
         default's name), else the environment variable, else the config file and key."""
@@ -570,9 +577,16 @@ def read_config_file(path: Path | None) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"config file {path} is not valid TOML: {exc}") from exc
-    data = {key.replace("-", "_"): value for key, value in data.items()}
-    if "good" in data:
-        data.setdefault("known_good", data.pop("good"))
+    spelt: dict[str, str] = {}
+    for key in data:
+        name = key.replace("-", "_")
+        name = "known_good" if name == "good" else name
+        if name in spelt:
+            raise BadInput(
+                f"{path}: {spelt[name]} and {key} are the same setting; keep one of them"
+            )
+        spelt[name] = key
+    data = {name: data[key] for name, key in spelt.items()}
     base = path.parent
     for key in PATH_KEYS & data.keys():
         if isinstance(data[key], str):
@@ -642,6 +656,51 @@ def _where(loc: tuple, flags: dict[str, Any], env: dict[str, str], file: Path | 
     return key
 
 
+def _overridden(
+    settings: Settings,
+    given: dict[str, Any],
+    env: dict[str, str],
+    in_file: dict[str, Any],
+    file: Path | None,
+) -> list[str]:
+    """A flag wins over the environment and the config file: name each plain value it hides
+    that differs from its own, so that a key set in the file is never ignored without a word
+    (tables merge key by key, so nothing of theirs is hidden)."""
+    notes = []
+    tables = _table_keys()
+    source = EnvSettingsSource(Settings)
+    for name in sorted(given.keys() - tables):
+        ours = getattr(settings, name)
+        from_env: Any = env.get(name)
+        if from_env is not None and source.field_is_complex(Settings.model_fields[name]):
+            from_env = json.loads(from_env)  # checked by _check_env_json
+        for hidden, template in (
+            (from_env, "{env}={value}"),
+            (in_file.get(name), "{name} = {value} in {file}"),
+        ):
+            if hidden is not None and _validated(name, hidden) != ours:
+                what = template.format(
+                    env=env_name(name), name=name, value=_shown(hidden), file=file
+                )
+                notes.append(f"{flag_name(name)} {_shown(ours)} overrides {what}")
+    return notes
+
+
+def _validated(name: str, value: Any) -> Any:
+    """`value` as the setting `name` would hold it (a list as given, a path made absolute);
+    as it is when it is not valid (a flag hid it, so it was never checked)."""
+    try:
+        return getattr(_absolute(Settings(**{name: value})), name)
+    except (ValidationError, SettingsError, ValueError, TypeError):
+        return value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
 def _absolute(settings: Settings) -> Settings:
     """Every path made absolute from where the command runs: the saved settings must find the
     same directories when `reproduce` or `export` runs from elsewhere."""
@@ -672,7 +731,8 @@ def load_settings(flags: dict[str, Any], config_path: Path | None = None) -> Set
     try:
         settings = _absolute(Settings(**given))
         env = _env_values()
-        in_file = read_config_file(file).keys() if file is not None else set()
+        in_file = read_config_file(file)
+        settings._overrides = _overridden(settings, given, env, in_file, file)
         settings._origins = {
             name: _where((name,), given, env, file)
             for name in Settings.model_fields

@@ -366,7 +366,11 @@ def prepare(settings: Settings) -> Prepared:
         inputs=inputs,
         slots=slots,
         skip=_skipped(settings, history, exporter, (good, bad)),
-        warnings=[*_unrelated_clones(history, (good, bad), extra), *_unused_settings(settings)],
+        warnings=[
+            *settings.overrides,
+            *_unrelated_clones(history, (good, bad), extra),
+            *_unused_settings(settings),
+        ],
     )
 
 

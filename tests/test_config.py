@@ -69,6 +69,8 @@ def test_the_cache_directory_comes_from_its_variable(tmp_path, monkeypatch):
         ('device_mode = "root"', "device_mode"),
         ("this is not toml", "not valid TOML"),
         ('[verdict]\nugly = ["x"]', "verdict.ugly"),
+        ('good = "v1"\nknown_good = "v2"', "good and known_good are the same setting"),
+        ('cache-dir = "a"\ncache_dir = "b"', "cache-dir and cache_dir are the same setting"),
     ],
 )
 def test_bad_config_files_are_named_in_one_line(tmp_path, text, fragment):
@@ -213,6 +215,36 @@ def test_a_list_from_the_environment_overrides_the_file_and_a_flag_overrides_bot
     assert load_settings({}, config).extra_args == ["env"]
     assert load_settings({}, config).device_mode == "privileged"
     assert load_settings({"extra_args": ["flag"]}, config).extra_args == ["flag"]
+
+
+def test_a_flag_that_hides_a_different_value_of_the_environment_or_the_file_is_named(
+    tmp_path, monkeypatch
+):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'platform = "a5"\ndevice = "1"\ntimeout = 60\nextra_args = ["file"]\n'
+        'cache_dir = "c"\n[build_env]\nA = "file"\n'
+    )
+    monkeypatch.setenv("BISECT_PRECISION_DEVICE", "2, 3")
+    monkeypatch.setenv("BISECT_PRECISION_EXTRA_ARGS", '["flag"]')
+    flags = {
+        "platform": "a2a3",
+        "device": "2,3",  # as the environment gives it: only the file's value is hidden
+        "timeout": 60.0,  # the file's value, spelt otherwise
+        "extra_args": ["flag"],
+        "cache_dir": tmp_path / "c",  # the file's relative path, resolved
+        "build_env": {"B": "flag"},  # tables merge: nothing hidden
+    }
+
+    settings = load_settings(flags, config)
+
+    assert settings.overrides == [
+        f"--device 2,3 overrides device = 1 in {config}",
+        f"--extra-arg flag overrides extra_args = file in {config}",
+        f"--platform a2a3 overrides platform = a5 in {config}",
+    ]
+    assert load_settings({}, config).overrides == []
+    assert load_settings({"platform": "a5"}, config).overrides == []
 
 
 def test_the_good_alias_works_in_the_file_and_the_config_file_can_come_from_the_environment(
