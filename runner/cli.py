@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -851,13 +852,19 @@ def report(
             flags = {"max_mismatch_ratio": max_mismatch_ratio, "max_abs_diff": max_abs_diff}
             flags["max_rel_diff"] = max_rel_diff
             limits = load_settings(flags, config).tolerance() or Tolerance()
-        result = rewrite_reports(
-            _workdir(workdir, config), cache_dir, session, limits if rethreshold else None
-        )
-    if json_out:
-        OUT.print_json(data=result.report)
-    else:
-        OUT.print(result.report_md.read_text(), markup=False)
+        # While a run holds the workdir, the reports are shown from here, not written there.
+        with tempfile.TemporaryDirectory(prefix="bisect-precision-report-") as aside:
+            result = rewrite_reports(
+                _workdir(workdir, config),
+                cache_dir,
+                session,
+                limits if rethreshold else None,
+                aside=Path(aside),
+            )
+            if json_out:
+                OUT.print_json(data=result.report)
+            else:
+                OUT.print(result.report_md.read_text(), markup=False)
 
 
 @app.command()

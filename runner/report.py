@@ -578,6 +578,11 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             f"Re-judged by {outcome.rejudged}: the ledger lacks tests these limits need; `run` "
             f"with them would test next the {outcome.pending}."
         )
+    if not outcome.finished and outcome.running:
+        return (
+            "The bisect is in progress: a `run` holds this workdir; `status` follows it, and "
+            "its reports are written when it ends."
+        )
     if not outcome.finished:
         return "The bisect is not finished yet: rerun the same `run` command to continue."
     pypto = outcome.pypto

@@ -378,6 +378,7 @@ class Outcome:
     pending: Pending | None = None  # replay stopped here: the bisect is not finished
     endpoint_failure: str | None = None  # an endpoint did not reproduce: nothing was bisected
     rejudged: str | None = None  # `report --rethreshold`: the limits the ledger was re-judged by
+    running: bool = False  # `report` while a run holds the workdir: it is not finished yet
     merge_base_index: int = -1  # diverged pointers: where the path turns from backward to forward
     confidence: float = DEFAULT_CONFIDENCE  # the probability a culprit had to reach
     drift: list[str] = field(default_factory=list)  # good commits that failed re-run at the end

@@ -48,6 +48,7 @@ from runner.ledger import (
     SessionInputs,
     earlier_session,
     earlier_sessions,
+    in_use,
     judged,
     session_copy,
     session_name,
@@ -578,9 +579,13 @@ def rewrite_reports(
     cache_dir: Path | None = None,
     session: str | None = None,
     rethreshold: Tolerance | None = None,
+    aside: Path | None = None,
 ) -> RunResult:
-    """The reports again; an earlier session's go to sessions/<name>/, never over the current."""
+    """The reports again; an earlier session's go to sessions/<name>/, never over the current;
+    while a run holds the workdir, to `aside` when given (else over the run's, which it
+    rewrites when it ends)."""
     state = replay(workdir, cache_dir, session, rethreshold)
+    state.outcome.running = session is None and in_use(ledger_path(state.workdir))
     if rethreshold is not None:
         limits = ", ".join(f"{k} <= {v:g}" for k, v in rethreshold.limits.items() if v is not None)
         state.outcome.rejudged = limits or "the example PASS/FAIL"
@@ -605,8 +610,12 @@ def rewrite_reports(
     out = state.workdir
     if session is not None:
         out = session_folder(out, earlier_session(ledger_path(out), session))
-    # A what-if goes beside the session's reports, which stay as `run` left them.
+    # A what-if goes beside the session's reports, which stay as `run` left them. While a run
+    # holds the workdir its reports are that run's to write (it writes them when it ends), so
+    # these go to `aside`, where the caller shows them.
     reports = out / RETHRESHOLD_DIR if rethreshold is not None else None
+    if state.outcome.running and reports is None:
+        reports = aside
     return _write(out, state.document, state.outcome, state.history, state.exporter, None, reports)
 
 

@@ -377,6 +377,10 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     time.sleep(1.5)  # well inside the next attempt
     running = cli("status", "--workdir", str(workdir), "--cache-dir", str(cache), "--json")
     assert running.json()["state"].startswith("in progress: next "), running.stdout
+    shown = cli("report", "--workdir", str(workdir), "--cache-dir", str(cache))
+    assert shown.returncode == 0, shown.stderr
+    assert "The bisect is in progress: a `run` holds this workdir" in shown.stdout
+    assert not (workdir / "report.md").exists(), "report wrote over what the run writes"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     recorded = _attempts(workdir)
