@@ -889,7 +889,11 @@ def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOp
 @app.command()
 def reproduce(
     run_id: Annotated[
-        str, typer.Argument(metavar="RUN_ID", help="A run id from the report (or a pypto SHA).")
+        str,
+        typer.Argument(
+            metavar="RUN_ID",
+            help="A run id from the report or `status`, its number, or a pypto SHA.",
+        ),
     ],
     workdir: WorkdirOpt = None,
     session: SessionOpt = None,
@@ -1167,7 +1171,11 @@ def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
 @app.command("export")
 def export_bundle(
     run_id: Annotated[
-        str, typer.Argument(metavar="RUN_ID", help="A run id from the report (or a pypto SHA).")
+        str,
+        typer.Argument(
+            metavar="RUN_ID",
+            help="A run id from the report or `status`, its number, or a pypto SHA.",
+        ),
     ],
     to: Annotated[Path, typer.Option("--to", metavar="DIR", help="New directory for the bundle.")],
     workdir: WorkdirOpt = None,

@@ -215,15 +215,25 @@ class LedgerDocument(_Strict):
         ]
 
     def named(self, run_id: str) -> list[Attempt]:
-        """The attempts a user names: by run id, else by a pypto SHA (prefix). A SHA names that
-        commit's own attempts, the pypto level's (its verdict in the bisect) before those of
-        the levels that ran it with other simpler commits, in recording order."""
+        """The attempts a user names: by run id or its number (`7` or `007` for `007-...`),
+        else by a pypto SHA (prefix). A SHA names that commit's own attempts, the pypto level's
+        (its verdict in the bisect) before those of the levels that ran it with other simpler
+        commits, in recording order."""
         if not run_id:
             return []
         exact = [a for a in self.attempts if a.run_id == run_id]
         if exact:
             return exact[:1]
         matches = [a for a in self.attempts if a.pypto_sha.startswith(run_id.lower())]
+        if run_id.isdigit():
+            numbered = [a for a in self.attempts if _run_number(a.run_id) == int(run_id)]
+            if numbered and matches:
+                raise BadInput(
+                    f"{run_id!r} is both run {numbered[0].run_id} and a prefix of pypto "
+                    f"{matches[0].pypto_sha[:12]}; give the whole run id or more of the SHA"
+                )
+            if numbered:
+                return numbered[:1]
         commits = sorted({a.pypto_sha for a in matches})
         if len(commits) > 1:
             raise BadInput(
@@ -239,6 +249,11 @@ class LedgerDocument(_Strict):
         return [
             a for a in self.counted() if a.verdict is Verdict.SKIP and a.reason.startswith(reason)
         ]
+
+
+def _run_number(run_id: str) -> int | None:
+    number = run_id.split("-", 1)[0]
+    return int(number) if number.isdigit() else None
 
 
 class Ledger:

@@ -862,6 +862,23 @@ def test_a_sha_names_its_commits_own_verdict_and_an_ambiguous_prefix_is_refused(
         doc.named("ab")
 
 
+def test_a_run_number_names_its_run_unless_it_is_also_a_sha_prefix(
+    ledger_path: Path, inputs: SessionInputs
+) -> None:
+    first, second = "ab12" + "0" * 36, "0070" + "f" * 36
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.record(make_attempt("006-ab120000", first, sha("s1"), Verdict.GOOD))
+        ledger.record(make_attempt("007-0070ffff", second, sha("s1"), Verdict.BAD))
+    doc = Ledger.read(ledger_path)
+
+    assert [a.run_id for a in doc.named("6")] == ["006-ab120000"]
+    assert [a.run_id for a in doc.named("006")] == ["006-ab120000"]
+    assert [a.run_id for a in doc.named("0070")] == ["007-0070ffff"], "a SHA prefix as before"
+    assert doc.named("8") == []
+    with pytest.raises(BadInput, match="is both run 007-0070ffff and a prefix of pypto 0070"):
+        doc.named("007")
+
+
 def test_limits_judge_an_attempt_from_its_figures_and_keep_the_examples_word():
     from runner.ledger import judged
     from runner.verdict import Tolerance
