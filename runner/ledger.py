@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import TracebackType
@@ -242,6 +242,20 @@ class LedgerDocument(_Strict):
             )
         own = [a for a in matches if a.level == "pypto"]
         return own or matches
+
+    def check_range(self, commits: Collection[str], path: Path) -> None:
+        """Refuse a ledger with an attempt of a pypto commit outside the session's range
+        (`commits`, the good end included; the second level and the split run such commits
+        too): it was edited by hand, and the search would neither use that attempt nor say so."""
+        known = set(commits)
+        for attempt in self.attempts:
+            if attempt.pypto_sha not in known:
+                raise LedgerError(
+                    f"ledger {path}: attempt {attempt.run_id} tests pypto "
+                    f"{attempt.pypto_sha[:12]}, which is not in this session's range "
+                    f"{self.inputs.good[:12]}..{self.inputs.bad[:12]}; it was left untouched: "
+                    f"{_START_OVER}"
+                )
 
     def skips(self, reason: str) -> list[Attempt]:
         """Counted skips whose reason starts with `reason`: SOURCE_UNAVAILABLE (the checkout

@@ -392,6 +392,7 @@ def run_bisect(
     with Ledger.open(
         ledger_path(workdir), prepared.inputs, tool_version=__version__, new_session=new_session
     ) as ledger:
+        ledger.document.check_range([prepared.good, *prepared.commits], ledger_path(workdir))
         if ledger.backup is not None:
             _keep_earlier_session(workdir, ledger.backup)
         _save_settings(workdir, settings)
@@ -551,6 +552,7 @@ def replay(
     history = History(Path(inputs.pypto_repo))
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
+    document.check_range([inputs.good, *history.first_parent_range(inputs.good, inputs.bad)], path)
     tester = _LedgerOnly(parallel=max(1, len(inputs.devices)))
     session = _session(history, exporter, tester, document.find_all, inputs, settings)
     failure = None

@@ -465,6 +465,24 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert replayed.returncode == 0, replayed.stderr
     assert f"{sample.pypto_shas[5]} is the first bad commit" in replayed.stdout
 
+    # An attempt edited to a commit outside the range is refused, and the file kept as it is.
+    edited = tmp_path / "edited"
+    shutil.copytree(workdir, edited)
+    ledger = json.loads((edited / "ledger.json").read_text())
+    ledger["attempts"][2]["pypto_sha"] = "deadbeef" * 5
+    (edited / "ledger.json").write_text(json.dumps(ledger))
+    before = (edited / "ledger.json").read_bytes()
+    for command in (
+        ["status", "--workdir", str(edited)],
+        ["report", "--workdir", str(edited)],
+        run_args(sample, edited, shared_cache),
+    ):
+        refused = cli(*command)
+        assert refused.returncode == 2, refused.stdout
+        assert "tests pypto deadbeefdead, which is not in this session's range" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert (edited / "ledger.json").read_bytes() == before
+
 
 @pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
 def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
