@@ -25,6 +25,7 @@ from typer.main import get_command
 from runner import __version__
 from runner.config import load_settings
 from runner.errors import BadInput, BisectError, EndpointsDoNotReproduce, InfrastructureError
+from runner.wording import counted
 
 ERR = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 OUT = Console(highlight=False, soft_wrap=True, markup=False)
@@ -986,7 +987,8 @@ def cache_ls(
             f"{row['package']:8} {row['commit'][:12]} {state} {row['size'] / 1e6:8.2f} MB "
             f"{row['last_used'][:19]} builder {builder:12} {row['reason']}"
         )
-    OUT.print(f"{len(rows)} entries, {sum(r['size'] for r in rows) / 1e6:.2f} MB in {cache.root}")
+    size = sum(r["size"] for r in rows) / 1e6
+    OUT.print(f"{counted(len(rows), 'entry', 'entries')}, {size:.2f} MB in {cache.root}")
 
 
 def _confirm_remove_all(cache: Any) -> bool:
@@ -1037,12 +1039,21 @@ def cache_prune(
                 OUT.print("nothing removed")
                 raise typer.Exit(1)
             removed = cache.prune(limit)
-    OUT.print(f"removed {len(removed)} entries; {cache.size() / 1e6:.2f} MB of wheels left")
+    OUT.print(
+        f"removed {counted(len(removed), 'entry', 'entries')}; "
+        f"{cache.size() / 1e6:.2f} MB of wheels left"
+    )
+    if failures and removed:
+        OUT.print(
+            "a session that recorded these failures keeps its skip verdicts: `run "
+            "--new-session` builds those commits again"
+        )
     kept = cache.in_use()
     if kept and not failures:
         OUT.print(
-            f"kept {len(kept)} entries ({sum(e.size for e in kept) / 1e6:.2f} MB) that a running "
-            "session uses; prune again once it has finished"
+            f"kept {counted(len(kept), 'entry', 'entries')} "
+            f"({sum(e.size for e in kept) / 1e6:.2f} MB) that a running session uses; prune "
+            "again once it has finished"
         )
     # The rest of the cache directory is not the wheels': say what it holds rather than let
     # "0 MB left" pass for an empty cache.
@@ -1115,11 +1126,15 @@ def cleanup(
         gone = kept = 0
         if recorded is not None:
             result = remove_recorded(client, recorded)
-            shared = f", {result.shared} layers other images use kept" if result.shared else ""
+            shared = (
+                f", {counted(result.shared, 'layer')} other images use kept"
+                if result.shared
+                else ""
+            )
             in_use = f", {result.in_use} in use by running containers kept" if result.in_use else ""
             OUT.print(
-                f"removed {len(removed)} containers and {result.removed} images of "
-                f"{workdir}{shared}{in_use}"
+                f"removed {counted(len(removed), 'container')} and "
+                f"{counted(result.removed, 'image')} of {workdir}{shared}{in_use}"
             )
             return
         if images or builders:
@@ -1135,7 +1150,7 @@ def cleanup(
                 gone += outcome == "removed"
                 kept += outcome == "kept"
     in_use = f" ({kept} in use by running containers kept)" if kept else ""
-    OUT.print(f"removed {len(removed)} containers and {gone} images{in_use}")
+    OUT.print(f"removed {counted(len(removed), 'container')} and {counted(gone, 'image')}{in_use}")
 
 
 def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:

@@ -46,6 +46,7 @@ from runner.search import (
     steps_left,
 )
 from runner.verdict import Tolerance
+from runner.wording import counted
 
 Source = Literal["pypto", "simpler", "inconclusive"]
 Policy = Literal["any-fail", "majority"]
@@ -541,7 +542,7 @@ class Session:
                 self._count(result, index, seen)
                 reused += len(seen)
         if reused:
-            self.events.note(f"{reused} {result.level} verdicts reused from the ledger")
+            self.events.note(f"{counted(reused, f'{result.level} verdict')} reused from the ledger")
 
     def _step(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int
@@ -1144,7 +1145,7 @@ class Session:
             for a in self.lookup(*pair)
         )
         if reused:  # (the pypto level said how many of its own it reused)
-            self.events.note(f"{reused} simpler verdicts reused from the ledger")
+            self.events.note(f"{counted(reused, 'simpler verdict')} reused from the ledger")
         try:
             self._bisect(chain, self._pair(chain))
         finally:
