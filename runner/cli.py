@@ -682,13 +682,13 @@ def status(
                 f"{level['level']} level: likeliest first bad {level['likeliest'][:12]} "
                 f"({level['probability']:.1%}); {held} "
                 f"{'candidates hold' if held != 1 else 'candidate holds'} 99% of the probability; "
-                f"{level['runs']} runs, {about}"
+                f"{counted(level['runs'], 'run')}, {about}"
             )
             continue
         OUT.print(
             f"{level['level']} level: {left} candidate{'s' if left != 1 else ''} left between "
             f"{level['last_good'][:12]} (good) and {level['first_bad'][:12]} (bad); "
-            f"{level['tests']} tested, {about}"
+            f"{counted(level['runs'], 'run')}, {about}"
         )
     OUT.print(f"state: {data['state']}")
     for package, counts in data["ccache"].items():
@@ -716,7 +716,14 @@ def _status_data(state: Any, running: bool = False) -> dict:
         # what plain bisection would still search.
         lo, hi = result.bounds
         likeliest = probability = None
-        if result.belief is not None and result.repeat is None and result.inconclusive is None:
+        # Before any candidate between the ends has run, the likeliest is the prior's pick.
+        inside = any(0 < i < len(result.candidates) - 1 for i in result.observations)
+        if (
+            result.belief is not None
+            and result.repeat is None
+            and result.inconclusive is None
+            and (inside or result.done)
+        ):
             index, probability = result.belief.ranked(limit=1)[0]
             if result.found is not None:
                 index, probability = result.found, result.belief.probabilities[result.found]

@@ -859,6 +859,35 @@ def test_a_stretch_ending_on_candidates_reads_the_same_in_report_and_status(samp
         assert level["remaining"] == 2
 
 
+def test_status_names_no_likeliest_commit_before_one_between_the_ends_has_run(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    _, first = bisect(sample)
+    ends = {sample.pypto_shas[0], sample.pypto_shas[-1]}
+    for runs in (first.attempts[:2], first.attempts[:3]):
+        assert {a.pypto_sha for a in runs[:2]} == ends
+
+        class LedgerOnly:
+            def test(self, level, pypto, simpler):
+                raise Pending(level, pypto, simpler)
+
+        outcome = session_over(
+            sample,
+            LedgerOnly(),
+            lambda pypto, simpler, runs=runs: [
+                a for a in runs if (a.pypto_sha, a.simpler_sha) == (pypto, simpler)
+            ],
+        ).run()
+        doc = ledger_of(sample, first).model_copy(update={"attempts": runs})
+        status = _status_data(SimpleNamespace(outcome=outcome, endpoint_failure=None, document=doc))
+
+        [pypto] = status["levels"]
+        assert pypto["runs"] == len(runs)
+        if len(runs) == 2:  # the prior alone would pick one of eight at random
+            assert pypto["likeliest"] is None and pypto["probability"] is None
+        else:
+            assert pypto["likeliest"] in sample.pypto_shas[1:]
+
+
 def test_a_stretch_found_with_fixed_repeats_shows_its_culprit_in_status(sample_factory):
     sample = sample_factory(stretch_spec(2))
     outcome, tester = bisect(sample, repeat=1)
