@@ -460,9 +460,7 @@ def _readme(attempt: Attempt, document: LedgerDocument, spec: ContainerSpec) -> 
     inputs = document.inputs
     simpler = attempt.simpler_sha or "none (no runtime gitlink)"
     devices = ", ".join(spec.devices) or "none"
-    host_paths = [m.host for m in spec.mounts if m.container not in (LIB_MOUNT, RUN_MOUNT)] or [
-        "none"
-    ]
+    host_paths = [m.host for m in spec.mounts if m.container not in (LIB_MOUNT, RUN_MOUNT)]
     reason = f" ({attempt.reason})" if attempt.reason else ""
     return _README.format(
         run_id=attempt.run_id,
@@ -476,7 +474,7 @@ def _readme(attempt: Attempt, document: LedgerDocument, spec: ContainerSpec) -> 
         base_image=inputs.base_image,
         base_image_id=inputs.base_image_id,
         image_id=attempt.image_id,
-        host_paths=", ".join(f"`{p}`" for p in host_paths),
+        host_paths=", ".join(f"`{p}`" for p in host_paths) or "none",
         image_file=IMAGE_FILE,
     )
 

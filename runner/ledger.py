@@ -254,7 +254,7 @@ class LedgerDocument(_Strict):
                     f"ledger {path}: attempt {attempt.run_id} tests pypto "
                     f"{attempt.pypto_sha[:12]}, which is not in this session's range "
                     f"{self.inputs.good[:12]}..{self.inputs.bad[:12]}; it was left untouched: "
-                    f"{_START_OVER}"
+                    f"{_start_over(path)}"
                 )
 
     def skips(self, reason: str) -> list[Attempt]:
@@ -615,6 +615,15 @@ _START_OVER = (
     "move it aside, or start over with `run ... --new-session` (which keeps the old file as a "
     "backup)"
 )
+_EARLIER = (
+    "it is an earlier session's copy, which no run writes: move it aside to drop that session"
+)
+
+
+def _start_over(path: Path) -> str:
+    """What to do about a ledger that cannot be used: an earlier session's copy is not started
+    over, it is only read."""
+    return _EARLIER if path.name.endswith(".bak") else _START_OVER
 
 
 def _load(path: Path) -> LedgerDocument:
@@ -627,7 +636,7 @@ def _load(path: Path) -> LedgerDocument:
         data: Any = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LedgerError(
-            f"ledger {path} is not valid JSON ({exc}); {untouched}: {_START_OVER}"
+            f"ledger {path} is not valid JSON ({exc}); {untouched}: {_start_over(path)}"
         ) from exc
     if not isinstance(data, dict) or data.get("tool") != TOOL_NAME:
         tool = data.get("tool") if isinstance(data, dict) else None
@@ -638,7 +647,8 @@ def _load(path: Path) -> LedgerDocument:
     version = data.get("schema_version")
     if type(version) is not int:
         raise LedgerError(
-            f"ledger {path} has no valid schema_version ({version!r}); {untouched}: {_START_OVER}"
+            f"ledger {path} has no valid schema_version ({version!r}); {untouched}: "
+            f"{_start_over(path)}"
         )
     if version > LEDGER_SCHEMA_VERSION:
         raise LedgerError(
@@ -649,7 +659,7 @@ def _load(path: Path) -> LedgerDocument:
         return LedgerDocument.model_validate_json(raw)
     except ValidationError as exc:
         raise LedgerError(
-            f"ledger {path} is damaged ({_summarize(exc)}); {untouched}: {_START_OVER}"
+            f"ledger {path} is damaged ({_summarize(exc)}); {untouched}: {_start_over(path)}"
         ) from exc
 
 

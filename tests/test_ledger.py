@@ -293,6 +293,11 @@ def test_a_file_that_is_not_json_is_refused_and_left_untouched(
         assert ledger.document.attempts == []
     (backup,) = ledger_path.parent.glob("ledger.json.*.bak")
     assert backup.read_bytes() == before
+    # read as that earlier session: nothing to start over, only a copy to drop
+    with pytest.raises(LedgerError) as raised:
+        Ledger.read(backup)
+    assert "earlier session's copy, which no run writes" in str(raised.value)
+    assert "--new-session" not in str(raised.value)
 
 
 def test_another_tools_json_is_refused_and_left_untouched(
