@@ -104,6 +104,13 @@ def _interrupt_on_sigterm() -> None:
                 "the next run removes what is left)"
             )
             return
+        # A plain write: the console may be mid-line in another thread, holding its lock.
+        with contextlib.suppress(OSError):
+            os.write(
+                2,
+                b"\ninterrupted at once: containers of this run may be left; the next run or "
+                b"`bisect-precision-docker cleanup` removes them\n",
+            )
         os._exit(INTERRUPTED)
 
     for number in signals:

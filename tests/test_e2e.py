@@ -484,11 +484,12 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert (edited / "ledger.json").read_bytes() == before
 
 
-@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+@pytest.mark.parametrize("presses", [1, 2, 3], ids=["once", "twice", "thrice"])
 def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     sample_factory, tmp_path, docker_client, presses
 ):
-    """Twice: the second Ctrl-C lands while the run removes its containers."""
+    """Twice: the second Ctrl-C lands while the run removes its containers. Thrice: the run
+    ends at once, says so, and `cleanup` removes what it left."""
     sample = sample_factory(PYPTO_REGRESSION)
     workdir = tmp_path / "work"
     args = [
@@ -505,16 +506,21 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
         time.sleep(0.2)
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
-    if presses == 2:
+    for _ in range(presses - 1):
         time.sleep(0.05)
         process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
 
     assert process.returncode == 130, stderr
-    assert "interrupted" in stderr and "resume" in stderr
     assert "Traceback" not in stderr
     assert _attempts(workdir), "the ledger lost what it held"
     owner = f"{socket.gethostname()}:{process.pid}"
+    if presses == 3:
+        assert "interrupted at once: containers of this run may be left" in stderr, stderr
+        cleaned = cli("cleanup")
+        assert cleaned.returncode == 0, cleaned.stderr
+    else:
+        assert "interrupted" in stderr and "resume" in stderr
     left = docker_client.containers.list(
         all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True
     )
