@@ -905,6 +905,11 @@ class Session:
         if change.kind == "pointer-and-code":
             split = self._split(first, parent, culprit, change.old, change.new)
             outcome.split = split
+            if split.carrier == "unknown":
+                # Fixed repeats bisect simpler from a good end, and (culprit, old) did not build.
+                outcome.source = "inconclusive"
+                outcome.notes.append(_untold_halves(parent, culprit, change))
+                return outcome
             if split.anchor is None:
                 return outcome
             anchor = split.anchor
@@ -1632,7 +1637,9 @@ class Session:
             return Split(pointer, code, "both" if code is bad else "pointer", anchor=parent)
         if code is bad or pointer is good:
             return Split(pointer, code, "code")
-        return Split(pointer, code, "unknown")
+        # Neither half builds (a bump that adapts pypto to a new simpler API): the culprit's
+        # code can still be run with the states inside the move that build with it.
+        return Split(pointer, code, "unknown", anchor=culprit)
 
 
 def _projected(
@@ -1729,6 +1736,16 @@ def _builds_from(path: str) -> bool:
     if any(part in _BUILD_DIRS for part in parts[:-1]):
         return True
     return not (path.endswith(_NOT_BUILT) or path.startswith(_NOT_BUILT_DIRS))
+
+
+def _untold_halves(parent: str, culprit: str, change: Change) -> str:
+    assert change.old is not None and change.new is not None
+    return (
+        f"neither half of the bump {culprit[:12]} builds on its own ({parent[:12]} with the new "
+        f"simpler {change.new[:12]}, and its own code with the old {change.old[:12]}): whether "
+        f"its code or its simpler move {change.old[:12]}..{change.new[:12]} carries the "
+        "regression cannot be told"
+    )
 
 
 def describe_split(split: Split) -> str:

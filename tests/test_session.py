@@ -754,6 +754,65 @@ class FixUpNeedsNewPointer(SpecTester):
         return super().truth(pypto, simpler)
 
 
+class NewSimplerApi(SpecTester):
+    """Simpler states from `line` on have a new API, which pypto's code takes from the bump at
+    `bump` on: a pair on either side of that line with the other side's code does not build."""
+
+    def __init__(self, sample: Sample, bump: int, line: int) -> None:
+        super().__init__(sample)
+        self.bump, self.line = bump, line
+
+    def truth(self, pypto, simpler):
+        i = self.sample.pypto_index(pypto)
+        j = None if simpler is None else self.sample.simpler_index(simpler)
+        if j is not None and (i >= self.bump) != (j >= self.line):
+            return Verdict.SKIP
+        return super().truth(pypto, simpler)
+
+
+API_BUMP = {**SMALL, "bumps": ((5, 7),), "code_with_bump": frozenset({5})}
+
+
+@pytest.mark.parametrize(
+    ("regression", "source", "simpler_culprit"),
+    [(5, "simpler", 5), (3, "inconclusive", None)],
+    ids=["after-the-api-line", "at-the-api-line"],
+)
+def test_a_bump_whose_halves_do_not_build_is_bisected_with_its_own_code(
+    sample_factory, regression, source, simpler_culprit
+):
+    # The bump (simpler 1 -> 7) adapts pypto to simpler 3's new API: its parent does not build
+    # with the new pointer, nor its code with the old. Simpler 3..7 build with its code.
+    sample = sample_factory(SampleSpec(**API_BUMP, simpler_regression_at=regression))
+
+    outcome, tester = bisect(sample, tester=NewSimplerApi(sample, bump=5, line=3))
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[5]
+    assert outcome.split is not None and outcome.split.carrier == "unknown"
+    assert outcome.source == source
+    if simpler_culprit is not None:
+        assert outcome.exit_code == 0
+        assert outcome.simpler_culprit == sample.simpler_shas[simpler_culprit]
+    else:  # the code, simpler 2 or simpler 3: nothing that builds tells them apart
+        assert outcome.exit_code == 1
+        assert outcome.simpler_culprit is None
+        assert any("untestable pairs around the boundary" in note for note in outcome.notes)
+    assert ("split", sample.pypto_shas[4], sample.simpler_shas[7]) in tester.tested
+
+
+def test_with_fixed_repeats_a_bump_whose_halves_do_not_build_leaves_the_source_open(
+    sample_factory,
+):
+    sample = sample_factory(SampleSpec(**API_BUMP, simpler_regression_at=5))
+
+    outcome, _ = bisect(sample, tester=NewSimplerApi(sample, bump=5, line=3), repeat=1)
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[5]
+    assert outcome.source == "inconclusive" and outcome.exit_code == 1
+    [note] = [n for n in outcome.notes if n.startswith("neither half of the bump")]
+    assert "carries the regression cannot be told" in note
+
+
 def test_a_bump_whose_code_half_cannot_build_is_still_blamed_when_it_opens_the_stretch(
     sample_factory,
 ):
