@@ -328,20 +328,7 @@ def test_a_diverged_pointer_blames_dropped_commits_before_the_merge_base_and_add
 def test_a_replay_that_runs_out_mid_simpler_level_reports_both_levels(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
     _, first = bisect(sample)
-    recorded = [a for a in first.attempts if a.level != "simpler"]
-
-    class LedgerOnly:
-        def test(self, level, pypto, simpler):
-            raise Pending(level, pypto, simpler)
-
-    session = session_over(
-        sample,
-        LedgerOnly(),
-        lambda pypto, simpler: [
-            a for a in recorded if (a.pypto_sha, a.simpler_sha) == (pypto, simpler)
-        ],
-    )
-    outcome = session.run()
+    outcome = replay_only(sample, [a for a in first.attempts if a.level != "simpler"])
 
     assert outcome.pending is not None and outcome.pending.level == "simpler"
     assert outcome.pypto.first_bad == sample.pypto_shas[4]
@@ -924,18 +911,7 @@ def test_status_names_no_likeliest_commit_before_one_between_the_ends_has_run(sa
     ends = {sample.pypto_shas[0], sample.pypto_shas[-1]}
     for runs in (first.attempts[:2], first.attempts[:3]):
         assert {a.pypto_sha for a in runs[:2]} == ends
-
-        class LedgerOnly:
-            def test(self, level, pypto, simpler):
-                raise Pending(level, pypto, simpler)
-
-        outcome = session_over(
-            sample,
-            LedgerOnly(),
-            lambda pypto, simpler, runs=runs: [
-                a for a in runs if (a.pypto_sha, a.simpler_sha) == (pypto, simpler)
-            ],
-        ).run()
+        outcome = replay_only(sample, runs)
         doc = ledger_of(sample, first).model_copy(update={"attempts": runs})
         status = _status_data(SimpleNamespace(outcome=outcome, endpoint_failure=None, document=doc))
 
