@@ -43,6 +43,14 @@ BROKEN_BUMP = SampleSpec(
     broken_pypto=frozenset({4}),
     simpler_regression_at=3,
 )
+# pypto 4 moves simpler 1 -> 6 and takes simpler 3's renamed kernel: neither half imports.
+API_BUMP = SampleSpec(
+    **SMALL,
+    bumps=((4, 6),),
+    code_with_bump=frozenset({4}),
+    api_change=(3, 4),
+    simpler_regression_at=5,
+)
 BACKWARD = SampleSpec(
     **{**SMALL, "simpler_commits": 8},
     bumps=((4, 7), (6, 3)),
@@ -134,6 +142,24 @@ def test_a_bump_that_does_not_build_still_names_the_simpler_commit_its_move_brin
     assert untested.startswith("1 pypto candidate") and skipped[0]["log"] in untested
     markdown = (tmp_path / "work" / "report.md").read_text()
     assert sample.simpler_shas[3] in markdown and "blamed without" in markdown
+
+
+def test_a_bump_to_a_new_simpler_api_is_bisected_with_its_own_code(sample_factory, bisect):
+    sample = sample_factory(API_BUMP)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[4]
+    assert report["split"]["carrier"] == "unknown"
+    assert report["source"] == "simpler"
+    assert report["simpler"]["culprit"] == sample.simpler_shas[5]
+    assert report["simpler"]["pypto"] == sample.pypto_shas[4]
+    halves = [s for s in report["steps"] if s["level"] == "split"]
+    assert {s["verdict"] for s in halves} == {"skip"} and len(halves) == 2
+    # Across the API line the example cannot import: a skip, never a verdict.
+    assert all("accumulate" in s["reason"] for s in halves), [s["reason"] for s in halves]
 
 
 def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_factory, bisect):

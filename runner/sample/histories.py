@@ -138,6 +138,10 @@ class SampleSpec:
     # Native only: compile-time work (`packages.COMPILE_UNIT` each) in the translation unit every
     # commit changes, so an incremental build costs what the commit's recompiled C++ costs.
     compile_work: int = 0
+    # (simpler index, pypto index): from that simpler commit on its kernel is `accumulate_v2`
+    # only, and pypto imports that name from that pypto commit on (a bump with code, as real
+    # pypto adapts to a new runtime API): a pair across the line fails at import. Python only.
+    api_change: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -246,6 +250,14 @@ def _validate(spec: SampleSpec) -> None:
             raise ValueError("pypto_new_era_at must not be a pointer-only bump")
     if spec.simpler_new_era_at is not None:
         simpler_index(spec.simpler_new_era_at, "simpler_new_era_at")
+    if spec.api_change is not None:
+        simpler_at, pypto_at = spec.api_change
+        simpler_index(simpler_at, "api_change simpler index", low=1)
+        pypto_index(pypto_at, "api_change pypto index", low=spec.runtime_added_at)
+        if spec.native:
+            raise ValueError("api_change is for the pure-Python sample")
+        if spec.pure_bump(pypto_at):
+            raise ValueError(f"api_change pypto index {pypto_at} must change pypto's code")
     for index in spec.broken_pypto:
         pypto_index(index, "broken_pypto")
     for index in spec.broken_simpler:
@@ -401,6 +413,7 @@ def _make_simpler(upstream: _Upstream, spec: SampleSpec, isa_sha: str) -> list[s
             native=spec.native,
             new_era=spec.simpler_new_era_at is not None and index >= spec.simpler_new_era_at,
             compile_work=spec.compile_work,
+            api_v2=spec.api_change is not None and index >= spec.api_change[0],
         )
         if index == spec.nested_submodule_at:
             gitmodules = _gitmodules([(ISA_PATH, ISA_PATH, ISA_URL)])
@@ -432,6 +445,7 @@ def _make_pypto(
                 native=spec.native,
                 new_era=spec.pypto_new_era_at is not None and index >= spec.pypto_new_era_at,
                 compile_work=spec.compile_work,
+                api_v2=spec.api_change is not None and index >= spec.api_change[1],
             )
         if index in (1, spec.runtime_added_at, spec.libbacktrace_url_change_at):
             moved = index >= spec.libbacktrace_url_change_at

@@ -181,15 +181,18 @@ def write_simpler(
     native: bool = False,
     new_era: bool = False,
     compile_work: int = 0,
+    api_v2: bool = False,
 ) -> None:
     """A simpler-like runtime: `accumulate` is the kernel whose precision may regress.
 
     `native`: the kernel is C, built by scikit-build-core and CMake like the real runtime;
     `compile_work` adds a C++ unit that costs that much compiling (see `_compile_work`).
+    `api_v2`: the kernel is renamed `accumulate_v2` (pypto before the rename cannot import it).
     """
     if native:
         _write_native_simpler(root, revision, scale, broken, new_era, compile_work)
         return
+    kernel = "accumulate_v2" if api_v2 else "accumulate"
     _write(root / "pyproject.toml", _pyproject("simpler", f"0.{revision}.0"))
     body = f"""
         \"\"\"simpler-like runtime, revision {revision}.\"\"\"
@@ -198,7 +201,7 @@ def write_simpler(
         SCALE = {scale!r}
 
 
-        def accumulate(values):
+        def {kernel}(values):
             total = 0.0
             for value in values:
                 total += value
@@ -335,19 +338,22 @@ def write_pypto(
     native: bool = False,
     new_era: bool = False,
     compile_work: int = 0,
+    api_v2: bool = False,
 ) -> None:
     """A pypto-like compiler: `codegen` emits source text, `mean` runs it on the runtime.
 
     Before the runtime submodule existed (`uses_simpler=False`) pypto summed on its own.
     `native`: part of it is C++17, built by scikit-build-core and CMake like the real compiler;
     `compile_work` makes its code generation unit cost that much compiling (`_compile_work`).
+    `api_v2`: it imports simpler's kernel by its new name (see `write_simpler`).
     """
     if native:
         _write_native_pypto(root, revision, factor, uses_simpler, broken, new_era, compile_work)
         return
     _write(root / "pyproject.toml", _pyproject("pypto", f"0.{revision}.0"))
     if uses_simpler:
-        accumulate = "from simpler import accumulate"
+        # (after simpler's rename, `api_v2`, the new name under the old)
+        accumulate = f"from simpler import accumulate{'_v2 as accumulate' if api_v2 else ''}"
     else:
         accumulate = textwrap.dedent(
             """
