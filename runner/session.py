@@ -1336,6 +1336,11 @@ class Session:
                     )
                 return outcome
             outcome.source = "inconclusive"
+            # Simpler states inside the stretch (after the bump's own code with the old pointer,
+            # which did not build): the simpler candidates, beside that code.
+            inside = [at_state[k] for k in range(lo, hi + 1) if at_state.get(k, 0) > 0]
+            if second is not None and inside and at_state.get(hi, 0) > 0:
+                second.inconclusive = (inside[0], at_state[hi])
             outcome.notes.append(
                 "untestable pairs around the boundary: "
                 + ", ".join(

@@ -783,6 +783,7 @@ def test_a_bump_whose_halves_do_not_build_is_bisected_with_its_own_code(
     else:  # the code, simpler 2 or simpler 3: nothing that builds tells them apart
         assert outcome.exit_code == 1
         assert outcome.simpler_culprit is None
+        assert outcome.simpler.suspects == sample.simpler_shas[2:4]
         assert any("untestable pairs around the boundary" in note for note in outcome.notes)
     assert ("split", sample.pypto_shas[4], sample.simpler_shas[7]) in tester.tested
 
