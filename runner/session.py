@@ -459,6 +459,7 @@ class Session:
         self._gitlinks: dict[str, str | None] = {}
         self._last_good: tuple[str, str | None] | None = None  # the joint chain's, when it ran
         self._chain: LevelResult | None = None
+        self._moved_to: int | None = None  # the pointer move a descent's runs pointed to instead
         self._subjects: dict[str, str] = {}
 
     def subject(self, pypto: str, simpler: str | None = None, level: Level = "pypto") -> str:
@@ -880,26 +881,14 @@ class Session:
             return self._partial
         culprit = first.candidates[first.found]
         parent = first.candidates[first.found - 1]
-        change = self.history.classify(culprit, self.path)
-        outcome = Outcome("pypto", first, change=change)
-        self._partial = outcome
-        if not change.moved and not any(_builds_from(path) for path in change.changed_paths):
-            outcome.notes.append(
-                "the culprit changes no build input (only docs, tests or CI files), so its verdict "
-                "may be noise: run `reproduce` on it and on its parent before trusting it"
-            )
+        outcome, change = self._culprit_outcome(first)
         if not change.moved:
             return outcome
         if change.old is None or change.new is None:
             outcome.notes.append(submodule_note(self.history, parent, change, self.path))
             return outcome
-        if change.kind == "pointer-only":  # the pointer alone made it bad
-            later = first.candidates[first.found + 1 :]
-            undone = undone_later(later, self.gitlink, change.old)
-            if undone is not None:
-                outcome.notes.append(undone)
         if first.descended:
-            return self._joint(first, outcome, change)
+            return self._descend(first, outcome, change)
 
         anchor = culprit
         if change.kind == "pointer-and-code":
@@ -957,6 +946,54 @@ class Session:
         if second.low_confidence is not None:
             outcome.notes.append(_low_confidence_note(second))
         return outcome
+
+    def _culprit_outcome(self, first: LevelResult) -> tuple[Outcome, Change]:
+        """The outcome blaming `first.found`, with what its change alone says about it."""
+        assert first.found is not None
+        culprit = first.candidates[first.found]
+        change = self.history.classify(culprit, self.path)
+        outcome = Outcome("pypto", first, change=change)
+        self._partial = outcome
+        if not change.moved and not any(_builds_from(path) for path in change.changed_paths):
+            outcome.notes.append(
+                "the culprit changes no build input (only docs, tests or CI files), so its verdict "
+                "may be noise: run `reproduce` on it and on its parent before trusting it"
+            )
+        if change.kind == "pointer-only" and None not in (change.old, change.new):
+            # The pointer alone made it bad.
+            later = first.candidates[first.found + 1 :]
+            undone = undone_later(later, self.gitlink, change.old)
+            if undone is not None:
+                outcome.notes.append(undone)
+        return outcome, change
+
+    def _descend(self, first: LevelResult, outcome: Outcome, change: Change) -> Outcome:
+        """The joint descent into the bump level one stopped at. When the runs inside it move
+        the boundary to another pointer move (level one descends before testing a bump itself,
+        so of two bumps in a row it may pick the wrong one), descend into that one too: each
+        bump once, with every run so far."""
+        tried: list[int] = []
+        while True:
+            assert first.found is not None
+            tried.append(first.found)
+            self._moved_to = None
+            outcome = self._joint(first, outcome, change)
+            moved = self._moved_to
+            if moved is None:
+                return outcome
+            if moved in tried:
+                outcome.notes.append(
+                    f"the runs inside the bumps at {first.candidates[moved][:12]} and "
+                    f"{first.candidates[tried[-1]][:12]} each point to the other: the example may "
+                    "be flaky there; `reproduce` their runs before trusting either"
+                )
+                return outcome
+            first.found = moved
+            outcome, change = self._culprit_outcome(first)
+            if change.old is None or change.new is None:
+                parent = first.candidates[moved - 1]
+                outcome.notes.append(submodule_note(self.history, parent, change, self.path))
+                return outcome
 
     def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change, bool] | None:
         """When untestable commits end the pypto level and the runtime pointer moves along one
@@ -1219,6 +1256,10 @@ class Session:
         for commit in first.candidates[c:]:
             links.append([(commit, self.gitlink(commit))])
         origin += list(range(c, len(first.candidates)))
+        if states and anchor != parent:
+            # The culprit's own link is the move's last state: the first bump of a stretch that
+            # reaches it is blamed for it, as for the states inside (else the culprit).
+            origin[end] = owner(len(states) - 1)
         shares = {k: origin[lo : end + 1].count(k) for k in range(lo, c + 1)}
         weights = tuple(1 / shares[origin[k]] if lo <= k <= end else 1.0 for k in range(len(links)))
         labels = [f"{k}:{pairs[0][0]}:{pairs[0][1]}" for k, pairs in enumerate(links)]
@@ -1304,10 +1345,13 @@ class Session:
                     outcome.split.carrier = "code"
                     outcome.split.anchor = None
                 return outcome
-            # The runs of both levels moved the boundary off the bump: a plain pypto culprit.
+            # The runs of both levels moved the boundary off the bump: a plain pypto culprit,
+            # or another pointer move, which `_descend` takes next.
             moved = first.candidates[origin[k]]
             first.found = origin[k]
             change = self.history.classify(moved, self.path)
+            if change.moved:
+                self._moved_to = origin[k]
             outcome.change, outcome.split, outcome.simpler = change, None, None
             outcome.direction = None
             outcome.source = "pypto"
@@ -1315,7 +1359,7 @@ class Session:
                 outcome.source = "inconclusive"
                 outcome.notes.append(
                     f"the runs inside the bump at {first.candidates[c][:12]} point to another "
-                    f"pointer move, {moved[:12]}: run the session again to bisect it"
+                    f"pointer move, {moved[:12]}"
                 )
             return outcome
         if chain.inconclusive is not None:

@@ -707,7 +707,7 @@ def broken_bump_spec(**regression: int) -> SampleSpec:
 
 
 @pytest.mark.parametrize("repeat", [None, 1])
-@pytest.mark.parametrize("regression", [3, 5])
+@pytest.mark.parametrize("regression", [3, 5, 6], ids=["inside", "before-the-end", "its-pointer"])
 def test_a_bump_whose_own_build_fails_still_names_the_simpler_commit_its_move_brings(
     sample_factory, repeat, regression
 ):
@@ -739,6 +739,31 @@ class FixUpNeedsNewPointer(SpecTester):
         if i in self.broken or (i == 5 and simpler == self.sample.simpler_shas[1]):
             return Verdict.SKIP
         return super().truth(pypto, simpler)
+
+
+@pytest.mark.parametrize("regression", [3, 6], ids=["first-bump", "second-bump"])
+def test_two_pointer_only_bumps_that_are_the_whole_range_descend_into_the_one_to_blame(
+    sample_factory, regression
+):
+    # good is the commit before two bumps in a row (1 -> 4 -> 6): level one descends before it
+    # tests either bump, so it may pick the wrong one first, and then takes the other.
+    spec = SampleSpec(
+        pypto_commits=6,
+        simpler_commits=6,
+        runtime_added_at=2,
+        runtime_initial=1,
+        bumps=((5, 4), (6, 6)),
+        simpler_regression_at=regression,
+        libbacktrace_url_change_at=3,
+    )
+    sample = sample_factory(spec)
+
+    outcome, _ = bisect(sample, good=4)
+
+    culprit = 5 if regression <= 4 else 6
+    assert (outcome.source, outcome.exit_code) == ("simpler", 0), outcome.notes
+    assert outcome.pypto.first_bad == sample.pypto_shas[culprit]
+    assert outcome.simpler_culprit == sample.simpler_shas[regression]
 
 
 class NewSimplerApi(SpecTester):
