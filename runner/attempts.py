@@ -29,6 +29,7 @@ from runner.errors import (
     InfrastructureError,
     LedgerError,
     SourceUnavailable,
+    UnbuildableCommit,
 )
 from runner.execute import ExampleRun
 from runner.executor import BuildJob, DeviceFault, Executor, RunJob
@@ -707,7 +708,13 @@ class DockerTester:
         pypto, simpler = record.pypto_sha, record.simpler_sha
         self.phase("sources")
         self._check_sources(pypto, simpler)
-        builders = self._builders(pypto, simpler)
+        try:
+            builders = self._builders(pypto, simpler)
+        except UnbuildableCommit as exc:
+            # The commit's own build configuration is broken: no build could start.
+            record.verdict = Verdict.SKIP
+            record.reason = f"build failed: {exc.package} ({exc.detail})"
+            return
         for name, builder in builders.items():
             if builder is not None:
                 record.builders[name] = builder.image_id

@@ -46,7 +46,7 @@ from packaging.version import Version
 
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
-from runner.errors import BadInput, InfrastructureError
+from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
 from runner.execute import KIND_LABEL, LABEL, run_container
 from runner.images import base_user, build_image, render_template
 from runner.wheels import write_json_atomic
@@ -113,21 +113,29 @@ def _requirement_name(requirement: str) -> str:
 
 
 def build_requires(pyproject: str | None, where: str) -> tuple[str, ...]:
-    """`[build-system].requires` of a pyproject.toml text (the PEP 517 default without one)."""
+    """`[build-system].requires` of a pyproject.toml text (the PEP 517 default without one).
+    `where` is "<package> <commit>"; a text no build could read is `UnbuildableCommit`."""
     if pyproject is None:
         return LEGACY_REQUIRES
+
+    def unbuildable(detail: str) -> UnbuildableCommit:
+        return UnbuildableCommit(f"{where}: {detail}", where.split()[0], detail)
+
     try:
         data = tomllib.loads(pyproject)
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{where}: pyproject.toml is not valid TOML ({exc})") from exc
+        raise unbuildable(f"pyproject.toml is not valid TOML ({exc})") from exc
     system = data.get("build-system")
     if not isinstance(system, dict) or "requires" not in system:
         return LEGACY_REQUIRES
     requires = system["requires"]
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
-        raise BadInput(f"{where}: [build-system].requires must be a list of strings")
+        raise unbuildable("[build-system].requires must be a list of strings")
     for text in requires:
-        _parse_requirement(text, where)
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            raise unbuildable(f"build requirement {text!r} is not valid ({exc})") from exc
     return tuple(requires)
 
 

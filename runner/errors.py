@@ -15,6 +15,20 @@ class BadInput(BisectError):
     exit_code = 2
 
 
+class UnbuildableCommit(BadInput):
+    """A commit's own build configuration cannot be read (its pyproject.toml is not TOML, or its
+    build requirements are not valid): that commit cannot be built, so a test of it is a skip;
+    at an endpoint, before anything runs, it is bad input."""
+
+    def __init__(self, message: str, package: str, detail: str) -> None:
+        super().__init__(message)
+        self.package = package
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:  # across a Ray task
+        return type(self), (str(self), self.package, self.detail)
+
+
 class EndpointsDoNotReproduce(BisectError):
     """Known-good is bad or known-bad is good: the environment, not a commit, is suspect."""
 

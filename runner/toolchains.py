@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.builders import Builder, Provisioner, Resolution
-from runner.errors import BadInput, BisectError
+from runner.errors import BadInput, BisectError, UnbuildableCommit
 from runner.history import pointer_states
 from runner.sources import SourceExporter
 
@@ -105,9 +105,15 @@ class Toolchains:
                 pinned.setdefault(sha, at)
         targets += [("simpler", sha, at) for sha, at in pinned.items()]
         self._require_project(gitlinks.get(chain[-1]), chain[-1])
+        ends = {chain[0], chain[-1], gitlinks.get(chain[0]), gitlinks.get(chain[-1])}
         planned = []
         for package, commit, at in targets:
-            resolution = self.resolution(package, commit, at)
+            try:
+                resolution = self.resolution(package, commit, at)
+            except UnbuildableCommit:
+                if commit in ends:
+                    raise  # nothing to bisect from: say so before the first step
+                continue  # a commit in between: its test is a skip
             where = f"{package} {commit[:12]}"
             self.provisioner.require_compiler(resolution, where)
             if build:

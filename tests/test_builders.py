@@ -36,7 +36,7 @@ from runner.builders import (
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.devices import passthrough
-from runner.errors import BadInput
+from runner.errors import BadInput, UnbuildableCommit
 from runner.execute import LABEL, ExampleRun, example_container, run_container
 from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
@@ -135,6 +135,25 @@ def test_a_tree_without_build_system_gets_pep_517s_setuptools_default() -> None:
 def test_a_malformed_requirement_is_one_line_naming_the_commit() -> None:
     with pytest.raises(BadInput, match=r"pypto 0123456789ab: build requirement 'sk build'"):
         build_requires('[build-system]\nrequires = ["sk build"]\n', "pypto 0123456789ab")
+
+
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        ('[project]\nname = "x"\n<<<<<<< HEAD\n', "pyproject.toml is not valid TOML"),
+        ('[build-system]\nrequires = "setuptools"\n', "[build-system].requires must be a list"),
+        ('[build-system]\nrequires = ["sk build"]\n', "build requirement 'sk build' is not valid"),
+    ],
+)
+def test_a_build_configuration_no_build_can_read_makes_the_commit_unbuildable(
+    text: str, detail: str
+) -> None:
+    # A test of such a commit is a skip; only at an endpoint does the run stop (bad input).
+    with pytest.raises(UnbuildableCommit) as raised:
+        build_requires(text, "simpler 0123456789ab")
+    assert raised.value.package == "simpler"
+    assert raised.value.detail.startswith(detail)
+    assert str(raised.value).startswith(f"simpler 0123456789ab: {detail}")
 
 
 # -- choosing versions -----------------------------------------------------------------------

@@ -51,6 +51,10 @@ API_BUMP = SampleSpec(
     api_change=(3, 4),
     simpler_regression_at=5,
 )
+# simpler 4, pinned by pypto 4 and 5, has a conflict marker in its pyproject.toml.
+UNREADABLE = SampleSpec(
+    **SMALL, bumps=((4, 4), (6, 6)), unreadable_simpler=frozenset({4}), simpler_regression_at=6
+)
 BACKWARD = SampleSpec(
     **{**SMALL, "simpler_commits": 8},
     bumps=((4, 7), (6, 3)),
@@ -160,6 +164,23 @@ def test_a_bump_to_a_new_simpler_api_is_bisected_with_its_own_code(sample_factor
     assert {s["verdict"] for s in halves} == {"skip"} and len(halves) == 2
     # Across the API line the example cannot import: a skip, never a verdict.
     assert all("accumulate" in s["reason"] for s in halves), [s["reason"] for s in halves]
+
+
+def test_a_simpler_commit_whose_pyproject_is_not_toml_is_a_skip_not_the_end(sample_factory, bisect):
+    sample = sample_factory(UNREADABLE)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[6]
+    assert report["simpler"]["culprit"] == sample.simpler_shas[6]
+    unreadable = [s for s in report["steps"] if s["simpler"] == sample.simpler_shas[4]]
+    assert all(s["verdict"] == "skip" for s in unreadable)
+    assert all(
+        s["reason"].startswith("build failed: simpler (pyproject.toml is not valid TOML")
+        for s in unreadable
+    ), [s["reason"] for s in unreadable]
 
 
 def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_factory, bisect):

@@ -126,6 +126,9 @@ class SampleSpec:
     simpler_fixed_at: int | None = None  # simpler index from which SCALE is 1.0 again
     broken_pypto: frozenset[int] = frozenset()
     broken_simpler: frozenset[int] = frozenset()
+    # Simpler commits whose pyproject.toml is not TOML (a conflict marker left in): no build
+    # can read what they need, so they cannot be built. Python only.
+    unreadable_simpler: frozenset[int] = frozenset()
     libbacktrace_url_change_at: int = 5
     nested_submodule_at: int = 4
     # Native packages: C/C++ built by scikit-build-core and CMake. Their build configuration
@@ -262,6 +265,10 @@ def _validate(spec: SampleSpec) -> None:
         pypto_index(index, "broken_pypto")
     for index in spec.broken_simpler:
         simpler_index(index, "broken_simpler")
+    for index in spec.unreadable_simpler:
+        simpler_index(index, "unreadable_simpler")
+    if spec.unreadable_simpler and spec.native:
+        raise ValueError("unreadable_simpler is for the pure-Python sample")
     for at in spec.bump_indices - spec.code_with_bump:
         if (at in spec.broken_pypto) != (at - 1 in spec.broken_pypto):
             raise ValueError(
@@ -414,6 +421,7 @@ def _make_simpler(upstream: _Upstream, spec: SampleSpec, isa_sha: str) -> list[s
             new_era=spec.simpler_new_era_at is not None and index >= spec.simpler_new_era_at,
             compile_work=spec.compile_work,
             api_v2=spec.api_change is not None and index >= spec.api_change[0],
+            unreadable=index in spec.unreadable_simpler,
         )
         if index == spec.nested_submodule_at:
             gitmodules = _gitmodules([(ISA_PATH, ISA_PATH, ISA_URL)])

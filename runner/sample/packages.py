@@ -182,18 +182,23 @@ def write_simpler(
     new_era: bool = False,
     compile_work: int = 0,
     api_v2: bool = False,
+    unreadable: bool = False,
 ) -> None:
     """A simpler-like runtime: `accumulate` is the kernel whose precision may regress.
 
     `native`: the kernel is C, built by scikit-build-core and CMake like the real runtime;
     `compile_work` adds a C++ unit that costs that much compiling (see `_compile_work`).
     `api_v2`: the kernel is renamed `accumulate_v2` (pypto before the rename cannot import it).
+    `unreadable`: a merge conflict's marker is left in pyproject.toml, which is then not TOML.
     """
     if native:
         _write_native_simpler(root, revision, scale, broken, new_era, compile_work)
         return
     kernel = "accumulate_v2" if api_v2 else "accumulate"
     _write(root / "pyproject.toml", _pyproject("simpler", f"0.{revision}.0"))
+    if unreadable:
+        with (root / "pyproject.toml").open("a") as pyproject:
+            pyproject.write("<<<<<<< HEAD\n")
     body = f"""
         \"\"\"simpler-like runtime, revision {revision}.\"\"\"
 
