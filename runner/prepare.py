@@ -273,12 +273,23 @@ def _check_submodule_path(
         return  # added (or removed) within the range: the tests before it run without it
     chain = [good, *commits]
     pins = history.gitlinks(chain, path)
-    mover = next(c for c in chain[1:] if (pins[c] is None) != (pins[good] is None))
+    index = next(i for i, c in enumerate(chain) if i and (pins[c] is None) != (pins[good] is None))
+    mover, before = chain[index], chain[index - 1]
     ends = {good: "the known-good commit", bad: "the known-bad commit"}
+    paths = {have: path, lack: elsewhere[0]}
+    # No test compares commits across the move: each side is a range of its own, and the
+    # mover is the culprit when the side before it passes at its end and it fails itself.
+    sides = [
+        f"--good {a[:12]} --bad {b[:12]} --submodule-path {paths[end]}"
+        for a, b, end in ((good, before, good), (mover, bad, bad))
+        if a != b
+    ]
+    each = f"bisect each side on its own ({'; '.join(sides)}): " if sides else ""
     raise BadInput(
         f"the runtime submodule moves within the range: it is at {path} at {ends[have]} and at "
-        f"{elsewhere[0]} at {ends[lack]} ({mover[:12]} moves it); bisect each side of "
-        f"{mover[:12]} on its own, with --good/--bad and that side's --submodule-path"
+        f"{elsewhere[0]} at {ends[lack]} ({mover[:12]} moves it), and no test compares commits "
+        f"across that move; {each}when {before[:12]} passes and {mover[:12]} fails, "
+        f"{mover[:12]} itself brought the regression"
     )
 
 

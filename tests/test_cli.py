@@ -783,6 +783,10 @@ def test_a_runtime_that_moves_to_another_path_within_the_range_stops_before_any_
             2,
             f"it is at {here} at the known-{good_end} commit and at {there} at the known-"
             f"{bad_end} commit ({moved[:12]} moves it)",
+            # the side before the move can be bisected; the move is the bad end itself
+            f"(--good {sample.pypto_shas[4][:12]} --bad {sample.pypto_shas[-1][:12]} "
+            f"--submodule-path runtime): when {sample.pypto_shas[-1][:12]} passes and "
+            f"{moved[:12]} fails, {moved[:12]} itself brought the regression",
         )
     typo = cli(*args, "--submodule-path", "runtim")
     assert_one_line_error(
