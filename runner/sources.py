@@ -463,6 +463,14 @@ class SourceExporter:
                 f"source unavailable: {repo.display} commit {sha[:12]} is not in the local "
                 "checkout or its submodules; fetch it there and rerun"
             )
+        given = self._extra.get(repo.display)
+        if given is not None:  # a clone named for it (--submodule-source, --simpler) lacks it too
+            return SourceUnavailable(
+                f"source unavailable: submodule {repo.display} commit {sha[:12]} is neither in "
+                f"the local checkout ({repo.modules_hint}) nor in {given}, the clone given for "
+                f"it; fetch it into one of them, or give a clone that has it",
+                submodule=repo.display,
+            )
         return SourceUnavailable(
             f"source unavailable: submodule {repo.display} commit {sha[:12]} is not in the local "
             f"checkout ({repo.modules_hint}); fetch it there, pass --submodule-source "

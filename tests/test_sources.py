@@ -312,6 +312,22 @@ def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
     assert checkout_state(clone) == before
 
 
+def test_a_commit_the_given_clone_lacks_too_names_that_clone(
+    sample: Sample, tmp_path: Path
+) -> None:
+    checkout, unfetched = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
+    wrong = sample.mirrors["isa"]  # --simpler pointing at another repository
+
+    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: wrong})
+    with pytest.raises(SourceUnavailable) as caught:
+        exporter.export("HEAD", tmp_path / "out")
+
+    message = str(caught.value)
+    assert f"commit {unfetched[:12]} is neither in the local checkout" in message
+    assert f"nor in {wrong}, the clone given for it" in message
+    assert caught.value.submodule == "runtime"
+
+
 def checkout_without_isa_objects(sample: Sample, tmp_path: Path) -> Path:
     """A copy of the checkout that lost the nested isa submodule's objects."""
     copy = tmp_path / "checkout"
