@@ -681,7 +681,7 @@ def status(
     # Stopped at an endpoint, nothing was bisected: its range says nothing.
     for level in data["levels"] if data["endpoint_failure"] is None else []:
         left, steps = level["remaining"], level["steps_left"]
-        about = f"about {steps} step{'s' if steps != 1 else ''} left" if steps else "done"
+        about = f"about {counted(steps, 'step')} left" if steps else "done"
         if level.get("likeliest") is not None:
             # The confidence search: a flaky record has no plain good/bad bounds to show.
             held = level["holding_99"]
@@ -693,7 +693,7 @@ def status(
             )
             continue
         OUT.print(
-            f"{level['level']} level: {left} candidate{'s' if left != 1 else ''} left between "
+            f"{level['level']} level: {counted(left, 'candidate')} left between "
             f"{level['last_good'][:12]} (good) and {level['first_bad'][:12]} (bad); "
             f"{counted(level['runs'], 'run')}, {about}"
         )

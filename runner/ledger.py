@@ -266,8 +266,9 @@ class LedgerDocument(_Strict):
 
 
 def _run_number(run_id: str) -> int | None:
-    number = run_id.split("-", 1)[0]
-    return int(number) if number.isdigit() else None
+    """The number of a run id or run folder (`007-...`), as `claim_run_dir` numbers them."""
+    found = _RUN_NUMBER.match(run_id)
+    return int(found.group(1)) if found else None
 
 
 class Ledger:
@@ -545,7 +546,7 @@ def claim_run_dir(runs: Path, name: str, taken: Iterable[str] = ()) -> tuple[str
     """
     runs.mkdir(parents=True, exist_ok=True)
     names = [*os.listdir(runs), *taken]
-    number = max((int(m.group(1)) for n in names if (m := _RUN_NUMBER.match(n))), default=0)
+    number = max((n for entry in names if (n := _run_number(entry)) is not None), default=0)
     while True:
         number += 1
         run_id = f"{number:03d}-{name}"

@@ -882,10 +882,7 @@ class Session:
         culprit = first.candidates[first.found]
         parent = first.candidates[first.found - 1]
         outcome, change = self._culprit_outcome(first)
-        if not change.moved:
-            return outcome
-        if change.old is None or change.new is None:
-            outcome.notes.append(submodule_note(self.history, parent, change, self.path))
+        if not change.moved or change.old is None or change.new is None:  # no range to bisect
             return outcome
         if first.descended:
             return self._descend(first, outcome, change)
@@ -948,7 +945,8 @@ class Session:
         return outcome
 
     def _culprit_outcome(self, first: LevelResult) -> tuple[Outcome, Change]:
-        """The outcome blaming `first.found`, with what its change alone says about it."""
+        """The outcome blaming `first.found`, with what its change alone says about it (a move
+        without both pointers, the runtime added or removed, has no simpler range)."""
         assert first.found is not None
         culprit = first.candidates[first.found]
         change = self.history.classify(culprit, self.path)
@@ -959,8 +957,10 @@ class Session:
                 "the culprit changes no build input (only docs, tests or CI files), so its verdict "
                 "may be noise: run `reproduce` on it and on its parent before trusting it"
             )
-        if change.kind == "pointer-only" and None not in (change.old, change.new):
-            # The pointer alone made it bad.
+        if change.moved and (change.old is None or change.new is None):
+            parent = first.candidates[first.found - 1]
+            outcome.notes.append(submodule_note(self.history, parent, change, self.path))
+        elif change.kind == "pointer-only":  # the pointer alone made it bad
             later = first.candidates[first.found + 1 :]
             undone = undone_later(later, self.gitlink, change.old)
             if undone is not None:
@@ -991,8 +991,6 @@ class Session:
             first.found = moved
             outcome, change = self._culprit_outcome(first)
             if change.old is None or change.new is None:
-                parent = first.candidates[moved - 1]
-                outcome.notes.append(submodule_note(self.history, parent, change, self.path))
                 return outcome
 
     def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change, bool] | None:
