@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -230,9 +230,12 @@ class SourceExporter:
         skipped = {_norm(p) for p in skip}
         submodules: dict[str, str] = {}
         used: set[str] = set()
+        missing: list[tuple[_Repo, str]] = []
         self._ensure_mirror(self._top)
         self._require_commit(self._top, sha)
-        self._materialise(self._top, sha, None, "", wanted, skipped, used, submodules)
+        self._materialise(self._top, sha, None, "", wanted, skipped, used, submodules, missing)
+        if missing:  # every one at once: a user fetching them should not learn them one by one
+            raise self._all_unavailable(missing)
         if omitted is not None:
             omitted.update(used & skipped)
         return submodules
@@ -479,6 +482,22 @@ class SourceExporter:
             submodule=repo.display,
         )
 
+    def _all_unavailable(self, missing: Sequence[tuple[_Repo, str]]) -> SourceUnavailable:
+        """One error naming every missing submodule commit, each with where it was looked for."""
+        if len(missing) == 1:
+            return self._unavailable(*missing[0])
+        named = []
+        for repo, sha in missing:
+            given = self._extra.get(repo.display)
+            where = repo.modules_hint if given is None else f"{repo.modules_hint} or {given}"
+            named.append(f"{repo.display} commit {sha[:12]} (not in {where})")
+        return SourceUnavailable(
+            f"source unavailable: {len(missing)} submodule commits are not in the local "
+            f"checkout: {'; '.join(named)}; fetch each there, pass --submodule-source PATH=DIR "
+            "with a clone that has it, or --omit-submodule PATH if the build does not need it",
+            submodule=missing[0][0].display,
+        )
+
     def _require_commit(self, repo: _Repo, sha: str) -> None:
         proc = self._mirror_git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
         if proc.returncode != 0:
@@ -533,7 +552,11 @@ class SourceExporter:
         skip: set[str],
         used: set[str],
         submodules: dict[str, str],
+        missing: list[tuple[_Repo, str]] | None = None,
     ) -> None:
+        """Write (or, without `dest`, walk) `sha`'s tree and its submodules'. With `missing`,
+        a submodule commit no local store has is collected there and not walked into; without
+        it, it raises SourceUnavailable."""
         gitlinks = self._checkout(repo, sha, dest) if dest is not None else self._listed(repo, sha)
         if not gitlinks:
             return
@@ -550,11 +573,16 @@ class SourceExporter:
                 override = overrides[full]
                 if override is None:
                     continue
-                target = self._resolve_in_mirror(child, override)
+                wanted = override
             else:
-                self._ensure_mirror(child)
-                self._require_commit(child, pinned)
-                target = pinned
+                wanted = pinned
+            try:
+                target = self._resolve_in_mirror(child, wanted)
+            except SourceUnavailable:
+                if missing is None:
+                    raise
+                missing.append((child, wanted))
+                continue
             submodules[full] = target
             self._materialise(
                 child,
@@ -565,6 +593,7 @@ class SourceExporter:
                 skip,
                 used,
                 submodules,
+                missing,
             )
 
     def _checkout(self, repo: _Repo, sha: str, dest: Path) -> list[tuple[str, str]]:

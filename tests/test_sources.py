@@ -297,6 +297,40 @@ def test_unfetched_submodule_pin_is_source_unavailable_and_leaves_no_dest(
     assert parent.submodules[RUNTIME_PATH] == sample.gitlink(len(sample.pypto_shas) - 1)
 
 
+def test_every_unfetched_submodule_pin_is_named_in_one_error(
+    sample: Sample, tmp_path: Path
+) -> None:
+    """A user fetching missing sources learns them all from one run, not one per rerun."""
+    checkout, unfetched = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
+    elsewhere = tmp_path / "lbt-elsewhere"
+    git(tmp_path, "clone", "-q", str(sample.mirrors["libbacktrace"]), str(elsewhere))
+    (elsewhere / "LOCAL").write_text("a local fix\n")
+    git(elsewhere, "add", "LOCAL")
+    git(elsewhere, "commit", "-q", "-m", "local fix")
+    lbt = git(elsewhere, "rev-parse", "HEAD")
+    git(checkout, "update-index", "--cacheinfo", f"160000,{lbt},{LIBBACKTRACE_PATH}")
+    git(checkout, "commit", "-q", "-m", "pin a local libbacktrace fix")
+    exporter = SourceExporter(checkout, tmp_path / "cache")
+
+    with pytest.raises(SourceUnavailable) as caught:
+        exporter.check("HEAD")
+    message = str(caught.value)
+    assert message.startswith("source unavailable: 2 submodule commits are not in the local ")
+    assert f"{RUNTIME_PATH} commit {unfetched[:12]} (not in .git/modules/simpler)" in message
+    assert f"{LIBBACKTRACE_PATH} commit {lbt[:12]}" in message
+    assert "--submodule-source PATH=DIR" in message and "\n" not in message
+
+    # One given clone supplies the runtime's: only libbacktrace's is left, in the usual words.
+    given = SourceExporter(
+        checkout, tmp_path / "cache2", extra_repos={RUNTIME_PATH: tmp_path / "elsewhere"}
+    )
+    with pytest.raises(SourceUnavailable) as caught:
+        given.check("HEAD")
+    assert str(caught.value).startswith(
+        f"source unavailable: submodule {LIBBACKTRACE_PATH} commit {lbt[:12]} is not in "
+    )
+
+
 def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
     sample: Sample, tmp_path: Path
 ) -> None:
