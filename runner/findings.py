@@ -56,6 +56,7 @@ def gather_facts(
     if culprit is not None:
         facts.culprit_stat = history.stat(culprit)
         facts.culprit_patch = history.patch(culprit)
+        facts.merged = history.merged(culprit)
     path = doc.inputs.submodule_path
     good_run = bad_run = None
     if outcome.pypto.found is not None:

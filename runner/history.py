@@ -42,6 +42,15 @@ class CommitInfo:
 
 
 @dataclass(frozen=True)
+class Merged:
+    """The commits a merge brings in, as (sha, subject) newest first, and its branch as the
+    (fork point, merged parent) range to bisect next, when there is one."""
+
+    commits: tuple[tuple[str, str], ...]
+    branch: tuple[str, str] | None
+
+
+@dataclass(frozen=True)
 class Change:
     """What a commit did to one gitlink, against its first parent."""
 
@@ -229,6 +238,28 @@ class History:
         return self._run(
             "show", "--first-parent", "--format=", "--no-color", "-U3", commit, "--", rev=commit
         )
+
+    def merged(self, commit: str) -> Merged | None:
+        """What a merge brings in: the commits its other parents reach and its first parent
+        does not, newest first; None for a commit with one parent or none."""
+        listed = self._run("rev-list", "--parents", "-n", "1", commit, "--", rev=commit)
+        first, *others = listed.split()[1:] or [""]
+        if not others:
+            return None
+        shown = self._git.output("log", "--format=%H%x00%s", *others, "--not", first, "--")
+        brought = tuple(
+            (sha, subject)
+            for sha, subject in (line.split("\0", 1) for line in shown.splitlines() if "\0" in line)
+        )
+        # Its branch is a range this tool can bisect when the fork point lies on the merged
+        # parent's first-parent line, as it does for a branch merged once.
+        branch = None
+        if len(others) == 1:
+            base = self.merge_base(first, others[0])
+            line = self._git.output("rev-list", "--first-parent", others[0], "--").split()
+            if base is not None and base in line:
+                branch = (base, others[0])
+        return Merged(brought, branch)
 
     def merge_base(self, one: str, other: str) -> str | None:
         try:

@@ -17,12 +17,13 @@ from runner.confidence import consistent, tally
 from runner.errors import RETIRED
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
-from runner.history import Change, CommitInfo
+from runner.history import Change, CommitInfo, Merged
 from runner.ledger import LOCAL_NODE, Attempt, LedgerDocument, placement
 from runner.plots import Point, plot, present, series
 from runner.search import Verdict
 from runner.session import LevelResult, Outcome, describe_split
 from runner.triage import Triage
+from runner.wording import counted
 
 REPORT_SCHEMA_VERSION = 1
 INTERESTING = re.compile(
@@ -31,6 +32,7 @@ INTERESTING = re.compile(
     re.IGNORECASE,
 )
 MAX_HUNK_LINES = 200
+MERGED_SHOWN = 20  # a merge culprit's commits listed in report.md (report.json has all)
 PLOT_NAME = "metrics.png"
 # What `write_reports` leaves in a folder (the plot's digest marks it as drawn).
 REPORT_FILES = ("report.json", "report.md", PLOT_NAME, PLOT_NAME + ".sha256")
@@ -54,6 +56,7 @@ class ReportFacts:
     invocation_s: float | None = None  # this invocation's; None when no bisect ran (`report`)
     plot: str = ""  # the figures' PNG, relative to the report
     noop: str = ""  # "pypto"/"simpler": the culprit's build equals its parent's
+    merged: Merged | None = None  # what the pypto culprit brings in, when it is a merge
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -142,6 +145,38 @@ def _commit(facts: ReportFacts, sha: str | None) -> dict[str, Any] | None:
         "author": info.author,
         "date": info.date,
     }
+
+
+def _merged(merged: Merged | None) -> dict[str, Any] | None:
+    if merged is None:
+        return None
+    branch = merged.branch
+    return {
+        "commits": [{"sha": sha, "subject": subject} for sha, subject in merged.commits],
+        "branch": {"good": branch[0], "bad": branch[1]} if branch is not None else None,
+    }
+
+
+def _merge_block(merged: Merged) -> list[str]:
+    """A merge culprit's commits: the first-parent bisect never looks inside them."""
+    commits = merged.commits
+    lines = [
+        f"It is a merge: the regression came in with one of the {counted(len(commits), 'commit')} "
+        "it brings (newest first) or with the merge's own resolution; the first-parent bisect "
+        "does not look inside a merge.",
+        "",
+    ]
+    lines += [f"- `{sha[:12]}` {subject}".rstrip() for sha, subject in commits[:MERGED_SHOWN]]
+    if len(commits) > MERGED_SHOWN:
+        lines.append(f"- … and {len(commits) - MERGED_SHOWN} more")
+    if merged.branch is not None:
+        good, bad = merged.branch
+        lines += [
+            "",
+            f"To find which, bisect the merged branch: `run --good {good[:12]} --bad {bad[:12]}` "
+            "with this run's other options (when the branch alone shows the regression).",
+        ]
+    return [*lines, ""]
 
 
 def _change(change: Change | None) -> dict[str, Any] | None:
@@ -325,12 +360,12 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list
 def _levels(doc: LedgerDocument, outcome: Outcome) -> list[tuple[str, list[Point], int | None]]:
     """Each level's figures along its candidates, with the culprit's position."""
     out = []
-    counted = doc.counted()
-    pypto_runs = [a for a in counted if a.level == "pypto"]
+    runs = doc.counted()
+    pypto_runs = [a for a in runs if a.level == "pypto"]
     out.append(("pypto", series(pypto_runs, outcome.pypto.candidates), outcome.pypto.found))
     level = outcome.simpler
     if level is not None:  # its states' runs are those its model counted, whatever their level
-        out.append(("simpler", series(counted, level.candidates, level.runs), level.found))
+        out.append(("simpler", series(runs, level.candidates, level.runs), level.found))
     return out
 
 
@@ -514,6 +549,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "commit": _commit(facts, pypto.first_bad),
             "change": _change(outcome.change),
             "pre_submodule": pre_submodule,
+            "merged": _merged(facts.merged),
         },
         "split": None,
         "simpler": None,
@@ -608,6 +644,8 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     info = facts.commits.get(culprit)
     if info is not None:
         line += f" ({info.subject})"
+    if facts.merged is not None:
+        line += f", a merge of {counted(len(facts.merged.commits), 'commit')} listed below"
     if outcome.source == "simpler" and outcome.simpler is not None:
         blamed = outcome.simpler_culprit
         if blamed is not None:
@@ -679,6 +717,8 @@ def build_markdown(
             facts.culprit_stat,
             facts.culprit_patch,
         )
+        if facts.merged is not None:
+            lines += _merge_block(facts.merged)
         if outcome.change is not None and outcome.change.moved:
             change, where = outcome.change, f"`{inputs.submodule_path}`"
             if change.old is None:

@@ -124,6 +124,34 @@ def test_a_range_through_a_merge_follows_first_parents_only(sample, merged):
     assert merged.side not in candidates
 
 
+def test_a_merge_lists_the_commits_it_brings_and_its_branch_to_bisect(sample, merged, tmp_path):
+    history = History(merged.repo)
+    brought = history.merged(merged.merge)
+    assert brought is not None
+    assert brought.commits == ((merged.side, "side work"),)
+    assert brought.branch == (sample.pypto_shas[5], merged.side)
+    assert history.merged(merged.before_merge) is None
+    assert history.merged(sample.pypto_shas[0]) is None  # the root commit
+
+    # A branch that merged main in on the way forks at a commit off its own first parents:
+    # no range of this tool covers it, so none is offered.
+    repo = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(merged.repo), str(repo))
+    git(repo, "checkout", "-q", "-b", "topic", sample.pypto_shas[3])
+    git(repo, "commit", "-q", "--allow-empty", "-m", "topic 1", when=40 * 86_400)
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge main into topic", sample.pypto_shas[6])
+    git(repo, "commit", "-q", "--allow-empty", "-m", "topic 2", when=41 * 86_400)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge topic", "topic", when=42 * 86_400)
+    topic = History(repo).merged("HEAD")
+    assert topic is not None and topic.branch is None
+    assert [subject for _, subject in topic.commits] == [
+        "topic 2",
+        "Merge main into topic",
+        "topic 1",
+    ]
+
+
 @pytest.mark.parametrize(
     ("good", "bad", "complaint"),
     [

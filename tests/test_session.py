@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from runner.cli import _status_data
 from runner.errors import SourceUnavailable
-from runner.history import History, pointer_states
+from runner.history import History, Merged, pointer_states
 from runner.ledger import AheadBuild, Attempt, LedgerDocument, Level, SessionInputs
 from runner.report import ReportFacts, build_json, build_markdown
 from runner.sample.histories import Sample, SampleSpec, git, make_sample
@@ -1336,6 +1336,28 @@ def test_a_bump_a_later_commit_undoes_is_flagged_with_where_to_start_again():
     assert note is not None and note.startswith(f"{'d' * 12}, later in the range, puts the pointer")
     assert note.endswith(f"run again with --good {'d' * 12} to find it")
     assert undone_later(later, pins.get, "9" * 40) is None
+
+
+def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    outcome, tester = bisect(sample)
+    doc = ledger_of(sample, tester)
+    brought = tuple((f"{i:040x}", f"side work {i}") for i in range(25, 0, -1))
+    facts = ReportFacts(merged=Merged(brought, ("c" * 40, brought[0][0])))
+
+    data = build_json(doc, outcome, facts)
+    assert data["pypto"]["merged"]["branch"] == {"good": "c" * 40, "bad": brought[0][0]}
+    assert len(data["pypto"]["merged"]["commits"]) == 25  # all of them; the markdown shows 20
+    markdown = build_markdown(doc, outcome, facts, data)
+    assert markdown.splitlines()[2].endswith(", a merge of 25 commits listed below.")
+    assert f"- `{brought[0][0][:12]}` side work 25" in markdown
+    assert f"- `{brought[19][0][:12]}` side work 6" in markdown
+    assert "side work 5" not in markdown and "- … and 5 more" in markdown
+    assert f"`run --good cccccccccccc --bad {brought[0][0][:12]}`" in markdown
+
+    plain = build_json(doc, outcome, ReportFacts())
+    assert plain["pypto"]["merged"] is None
+    assert "It is a merge" not in build_markdown(doc, outcome, ReportFacts(), plain)
 
 
 def test_the_report_names_the_cards_of_earlier_runs_of_a_resumed_session(sample_factory):
