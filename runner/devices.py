@@ -115,6 +115,10 @@ def passthrough(
     cards = parse_devices(devices)
     mapped = parse_device_map(device_map)
     if is_simulator(platform):
+        if mapped:
+            return Passthrough(
+                warnings=(f"--device-map is ignored on {platform}: a simulator gets no device",)
+            )
         return Passthrough()
     if not cards:
         raise BadInput(
