@@ -147,6 +147,12 @@ def _commit(facts: ReportFacts, sha: str | None) -> dict[str, Any] | None:
     }
 
 
+def _merge_culprit(outcome: Outcome, facts: ReportFacts) -> Merged | None:
+    """What a merge culprit brings in, unless the simpler pointer it moves carries the
+    regression: then its other commits are beside the point."""
+    return facts.merged if outcome.source != "simpler" else None
+
+
 def _merged(merged: Merged | None) -> dict[str, Any] | None:
     if merged is None:
         return None
@@ -549,7 +555,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "commit": _commit(facts, pypto.first_bad),
             "change": _change(outcome.change),
             "pre_submodule": pre_submodule,
-            "merged": _merged(facts.merged),
+            "merged": _merged(_merge_culprit(outcome, facts)),
         },
         "split": None,
         "simpler": None,
@@ -644,8 +650,9 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     info = facts.commits.get(culprit)
     if info is not None:
         line += f" ({info.subject})"
-    if facts.merged is not None:
-        line += f", a merge of {counted(len(facts.merged.commits), 'commit')} listed below"
+    merged = _merge_culprit(outcome, facts)
+    if merged is not None:
+        line += f", a merge of {counted(len(merged.commits), 'commit')} listed below"
     if outcome.source == "simpler" and outcome.simpler is not None:
         blamed = outcome.simpler_culprit
         if blamed is not None:
@@ -717,8 +724,9 @@ def build_markdown(
             facts.culprit_stat,
             facts.culprit_patch,
         )
-        if facts.merged is not None:
-            lines += _merge_block(facts.merged)
+        merged = _merge_culprit(outcome, facts)
+        if merged is not None:
+            lines += _merge_block(merged)
         if outcome.change is not None and outcome.change.moved:
             change, where = outcome.change, f"`{inputs.submodule_path}`"
             if change.old is None:

@@ -1359,6 +1359,16 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     assert plain["pypto"]["merged"] is None
     assert "It is a merge" not in build_markdown(doc, outcome, ReportFacts(), plain)
 
+    # A merge that bumps simpler into the regression: the pointer carries it, not what it brings.
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), simpler_regression_at=3))
+    outcome, tester = bisect(sample)
+    assert outcome.source == "simpler"
+    doc = ledger_of(sample, tester)
+    data = build_json(doc, outcome, facts)
+    assert data["pypto"]["merged"] is None
+    markdown = build_markdown(doc, outcome, facts, data)
+    assert "It is a merge" not in markdown and "a merge of" not in markdown
+
 
 def test_the_report_names_the_cards_of_earlier_runs_of_a_resumed_session(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
