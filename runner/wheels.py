@@ -54,7 +54,12 @@ CCACHE_ENVIRONMENT = {
     "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
     "SKBUILD_BUILD_DIR": f"{_BUILD_DIR}/.skbuild",
 }
-_ENOSPC = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.IGNORECASE)
+# The system's own words for a full disk (strerror, Python's errno), not the bare name ENOSPC:
+# a configure check (`Looking for ENOSPC - found`) or a line of code may say that.
+_ENOSPC = re.compile(
+    r"no space left on device|disk quota exceeded|\[Errno (?:28|122)\]", re.IGNORECASE
+)
+_SOURCE_ECHO = re.compile(r"^\s*\d*\s*\|")  # gcc and clang quoting the line of code
 _COMPILER_KILLED = re.compile(
     r"Killed signal terminated program|internal compiler error: Killed|fatal error: Killed"
 )
@@ -509,12 +514,25 @@ def _infrastructure(exc: OSError, doing: str) -> InfrastructureError:
     return InfrastructureError(f"could not {doing}: {exc}; check the cache directory and resume")
 
 
+_DIAGNOSTIC = re.compile(
+    r"^\S+?:\d+(?::\d+)?: (?:fatal )?error: "  # file:line[:col]: error: (gcc, clang, nvcc)
+    r"|^\S+?\(\d+\): error"  # file(line): error (msvc style)
+    r"|.*undefined reference to "  # ld
+    r"|^ld(?:\.\w+)?: .*cannot find -l"
+)
 _PIP_NOISE = re.compile(
     r"^(error: (subprocess-exited-with-error|metadata-generation-failed)"
     r"|ERROR: Failed (building wheel|to build)|note: |hint: |[\u00d7\u2570\u2502]"
     r"|.*finished with status 'error'$|-- Configuring incomplete, errors occurred)",
     re.IGNORECASE,
 )
+
+
+def ran_out_of_space(output: str) -> bool:
+    """Whether a failed build's log says the disk was full (not that its code mentions it)."""
+    return any(
+        _ENOSPC.search(line) and not _SOURCE_ECHO.match(line) for line in output.splitlines()
+    )
 
 
 def last_error_line(output: str) -> str:
@@ -524,6 +542,11 @@ def last_error_line(output: str) -> str:
     below it) on separate lines: the reason joins them.
     """
     lines = [line.strip() for line in output.splitlines() if line.strip()]
+    # A compiler's or linker's own diagnostic beats the driver's epilogue (`error: command gcc
+    # failed`, `collect2: error: ld returned 1`), and the first one is the cause of the rest.
+    cause = next((line for line in lines if _DIAGNOSTIC.match(line)), None)
+    if cause is not None:
+        return cause[:300]
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index]
         if not re.search("error", line, re.IGNORECASE) or _PIP_NOISE.match(line):
@@ -796,7 +819,7 @@ def _build(
     killed = killed or (
         result.exit_code != 0 and _COMPILER_KILLED.search(result.output) is not None
     )
-    out_of_space = result.exit_code != 0 and _ENOSPC.search(result.output) is not None
+    out_of_space = result.exit_code != 0 and ran_out_of_space(result.output)
     if result.timed_out or result.oom_killed or killed or out_of_space:
         # Says nothing about the commit: keep the log outside the cache and let a retry build it.
         cache.failed_log_dir.mkdir(parents=True, exist_ok=True)

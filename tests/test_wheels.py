@@ -28,6 +28,7 @@ from runner.wheels import (
     WheelResult,
     build_wheel,
     last_error_line,
+    ran_out_of_space,
 )
 from tests.fixtures.cli import cli
 
@@ -474,6 +475,46 @@ def test_the_reason_names_the_real_error_not_pips_epilogue() -> None:
 )
 def test_a_cmake_error_reads_with_its_location_and_message(output: str, reason: str) -> None:
     assert last_error_line(textwrap.dedent(output)) == reason
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        (
+            """
+            csrc/core.c:2:79: error: expected expression before ')' token
+                2 | static int scale(void) { return (); }
+            csrc/core.c:9:1: error: 'scale' undeclared here
+            error: command '/usr/bin/x86_64-linux-gnu-gcc' failed with exit code 1
+            """,
+            "csrc/core.c:2:79: error: expected expression before ')' token",
+        ),
+        (
+            """
+            /usr/bin/ld: CMakeFiles/core.dir/core.cpp.o: in function `run()':
+            core.cpp:(.text+0x5): undefined reference to `missing_symbol()'
+            collect2: error: ld returned 1 exit status
+            ninja: build stopped: subcommand failed.
+            """,
+            "core.cpp:(.text+0x5): undefined reference to `missing_symbol()'",
+        ),
+    ],
+    ids=["compile", "link"],
+)
+def test_a_failed_compile_or_link_reads_as_its_first_diagnostic(output: str, reason: str) -> None:
+    assert last_error_line(textwrap.dedent(output)) == reason
+
+
+def test_only_the_systems_words_for_a_full_disk_make_a_build_an_infrastructure_fault() -> None:
+    assert ran_out_of_space("ld: final link failed: No space left on device\n")
+    assert ran_out_of_space("OSError: [Errno 28] No space left on device: '/tmp/x'\n")
+    assert ran_out_of_space("cp: error writing 'x': Disk quota exceeded\n")
+    # A configure check and a line of code that name ENOSPC say nothing about the disk.
+    assert not ran_out_of_space(
+        "-- Looking for ENOSPC - found\n"
+        "../src/core.cpp:3:32: error: expected primary-expression\n"
+        "    3 |   if (e == ENOSPC) retrun -1; // No space left on device\n"
+    )
 
 
 def test_the_key_ignores_cpus_and_timeout_but_not_the_environment() -> None:
