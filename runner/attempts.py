@@ -43,7 +43,7 @@ from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.turns import Turns
 from runner.verdict import VerdictPatterns, infrastructure_fault, judge
-from runner.wheels import BuildSettings, WheelCache, WheelResult
+from runner.wheels import BuildSettings, WheelCache, WheelResult, wheel_id
 
 Phase = Callable[[str], None]
 
@@ -77,11 +77,6 @@ GUESS_RUN_SHARE = 0.5
 # A guess under way yields its build slot to a likelier one while it has run less than this
 # share of the median wheel build (see `DockerTester._yielding`).
 YIELD_SHARE = 0.5
-
-
-def _wheels(pairs: Collection[tuple[str, str | None]]) -> set[tuple[str, str]]:
-    """The (package, commit) wheels that test `pairs` needs."""
-    return {("pypto", p) for p, _ in pairs} | {("simpler", s) for _, s in pairs if s is not None}
 
 
 class DockerTester:
@@ -140,8 +135,11 @@ class DockerTester:
         self._claim = threading.Lock()
         self._claimed: list[str] = []
         self._built: set[tuple[str, str]] = {
-            (entry.package, entry.commit) for entry in cache.entries() if entry.ok
+            (entry.package, wheel_id(entry.commit, entry.inputs))
+            for entry in cache.entries()
+            if entry.ok
         }
+        self._reads: dict[str, bool] = {}  # pypto commit -> whether its build reads the runtime
         self._prefetched: set[tuple[str, str | None]] = set()
         self._wanted: list[tuple[str, str | None]] = []  # guesses not started, in order
         self._ahead_cond = threading.Condition()
@@ -288,7 +286,7 @@ class DockerTester:
                     running[self._submit(request, number)] = index
                     continue
                 self.ledger.record(attempt)
-                self._built.update(_wheels_in(attempt, ("built", "cached")))
+                self._built.update(self._wheels_in(attempt, ("built", "cached")))
                 results[index] = attempt
                 if done is not None:
                     done(attempt)
@@ -302,11 +300,39 @@ class DockerTester:
             self._preparing += 1  # until the attempt's builds are done (see `_attempt`)
         return self._pipelines.submit(self._attempt, request, number)
 
+    def _inputs(self, pypto: str, simpler: str | None) -> dict[str, str]:
+        """The runtime the pypto wheel of a pair is built with, when not its own pin: a pypto
+        whose build reads the runtime's files (its CMake adds a runtime include directory, say)
+        compiles them into its wheel, so the pair's state is pypto's code with simpler's files,
+        as a commit that only moved the pointer would have. Empty when the build reads none."""
+        if simpler is None:
+            return {}
+        reads = self._reads.get(pypto)
+        if reads is None:
+            reads = self._reads[pypto] = self.exporter.reads_submodule(pypto, self.path)
+        if not reads or self.exporter.pinned(pypto, self.path) == simpler:
+            return {}
+        return {self.path: simpler}
+
+    def _wheel_ids(self, pairs: Collection[tuple[str, str | None]]) -> set[tuple[str, str]]:
+        """The (package, wheel id) wheels that test `pairs` needs (see `wheel_id`)."""
+        pypto = {("pypto", wheel_id(p, self._inputs(p, s))) for p, s in pairs}
+        return pypto | {("simpler", s) for _, s in pairs if s is not None}
+
+    def _wheels_in(self, attempt: Attempt, states: Collection[str]) -> list[tuple[str, str]]:
+        """(package, wheel id) of the attempt's wheels whose build state is one of `states`."""
+        pair = (attempt.pypto_sha, attempt.simpler_sha)
+        return [
+            wheel
+            for package, state in attempt.builds.items()
+            if state in states
+            for wheel in self._wheel_ids([pair])
+            if wheel[0] == package
+        ]
+
     def cached(self, pypto: str, simpler: str | None) -> bool:
         """Whether both wheels of a pair are in the cache already (for cache-aware pivots)."""
-        return ("pypto", pypto) in self._built and (
-            simpler is None or ("simpler", simpler) in self._built
-        )
+        return self._wheel_ids([(pypto, simpler)]) <= self._built
 
     def prefetch(
         self,
@@ -330,11 +356,11 @@ class DockerTester:
         with self._ahead_cond:
             # No guess starts before that round's builds are asked for (test_round, next).
             self._announced = time.monotonic() if testing else None
-            kept = _wheels(keep) - self._yielding(pairs, testing)
+            kept = self._wheel_ids(keep) - self._yielding(pairs, testing)
         self.executor.drop_guesses(kept)
         with self._ahead_cond:
             # A cancelled guess may be wanted again later.
-            self._prefetched = {p for p in self._prefetched & keep if _wheels([p]) <= kept}
+            self._prefetched = {p for p in self._prefetched & keep if self._wheel_ids([p]) <= kept}
             self._wanted = [pair for pair in pairs if pair not in self._prefetched]
             if self._ahead_worker is None:
                 self._ahead_worker = threading.Thread(
@@ -372,14 +398,16 @@ class DockerTester:
         )
         if not guesses or waiting is None:
             return set()
-        protected = _wheels([*pairs[: waiting + 1], *testing])
+        protected = self._wheel_ids([*pairs[: waiting + 1], *testing])
         queued = {w for w, seconds in guesses.items() if seconds is None and w not in protected}
-        missing = _wheels([pairs[waiting]]) - self._built - guesses.keys()
+        missing = self._wheel_ids([pairs[waiting]]) - self._built - guesses.keys()
         free = self.executor.build_jobs - self.executor.busy_builds() + len(queued)
         typical = statistics.median(self._build_times) if self._build_times else None
 
         def rank(wheel: tuple[str, str]) -> int:
-            return next((i for i, pair in enumerate(pairs) if wheel in _wheels([pair])), len(pairs))
+            return next(
+                (i for i, pair in enumerate(pairs) if wheel in self._wheel_ids([pair])), len(pairs)
+            )
 
         early = sorted(
             (
@@ -480,7 +508,7 @@ class DockerTester:
                     if not w.from_cache
                 ]
             if all(w.ok for w in wheels.values()) and "pypto" in wheels:
-                self._built.update((name, w.commit) for name, w in wheels.items())
+                self._built.update(self._wheel_ids([(pypto, simpler)]))
                 with self._ahead_cond:
                     while (
                         not self._stopping and self.executor.guesses_compete and self._tests_busy()
@@ -619,13 +647,16 @@ class DockerTester:
                     speculative,
                 )
             )
+        with self._git.turn(speculative):
+            inputs = self._inputs(pypto, simpler)
         jobs.append(
             self._job(
                 "pypto",
                 pypto,
-                lambda dest: self.exporter.export(pypto, dest, skip=self.omit),
+                lambda dest: self.exporter.export(pypto, dest, overrides=inputs, skip=self.omit),
                 builders["pypto"],
                 speculative,
+                inputs,
             )
         )
         if not speculative:
@@ -640,6 +671,7 @@ class DockerTester:
         export: Callable[[Path], object],
         builder: Builder | None,
         speculative: bool,
+        inputs: Mapping[str, str] | None = None,
     ) -> BuildJob:
         def prepare(dest: Path) -> object:
             with self._git.turn(speculative):
@@ -655,6 +687,7 @@ class DockerTester:
             builder=builder,
             ccache_dir=ccache,
             speculative=speculative,
+            inputs=dict(inputs or {}),
         )
 
     def _run_job(

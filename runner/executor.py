@@ -32,7 +32,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,7 +46,7 @@ from runner.errors import InfrastructureError
 from runner.execute import Cancelled, ExampleRun, run_example
 from runner.images import ensure_test_image
 from runner.ledger import LOCAL_NODE
-from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel
+from runner.wheels import BuildSettings, WheelCache, WheelResult, build_wheel, wheel_id
 
 Echo = Callable[[str], None]
 _BUILD_MEMORY_GIB = 6  # what one C++17 pypto build may take at its peak (nanobind TUs)
@@ -76,6 +76,20 @@ class BuildJob:
     builder: Builder | None
     ccache_dir: Path
     speculative: bool = False
+    # Submodules `prepare` exports at another commit than `commit` pins (path -> sha): part of
+    # the wheel's cache key (`WheelCache.key`).
+    inputs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def wheel(self) -> tuple[str, str]:
+        """(package, wheel id): which wheel this builds, as the session names it."""
+        return self.package, wheel_id(self.commit, self.inputs)
+
+    @property
+    def key_args(self) -> tuple[str, str, BuildSettings, str | None, Mapping[str, str]]:
+        """What the wheel cache keys this build by."""
+        builder = self.builder.key if self.builder else None
+        return self.package, self.commit, self.settings, builder, self.inputs
 
 
 @dataclass
@@ -369,9 +383,7 @@ class LocalExecutor(Executor):
             return self._running + len(self._queue)
 
     def build(self, job: BuildJob) -> Future[WheelResult]:
-        key = self.cache.key(
-            job.package, job.commit, job.settings, job.builder.key if job.builder else None
-        )
+        key = self.cache.key(*job.key_args)
         priority = _SPECULATIVE if job.speculative else _NEEDED
         with self._lock:
             if self._closed:
@@ -424,7 +436,7 @@ class LocalExecutor(Executor):
         now = time.monotonic()
         with self._lock:
             return {
-                (q.job.package, q.job.commit): None if q.started_at is None else now - q.started_at
+                q.job.wheel: None if q.started_at is None else now - q.started_at
                 for q in self._by_key.values()
                 if q.job.speculative and not q.cancel.is_set()
             }
@@ -435,9 +447,7 @@ class LocalExecutor(Executor):
             stale = [
                 q
                 for q in self._by_key.values()
-                if q.job.speculative
-                and (q.job.package, q.job.commit) not in wanted
-                and not q.cancel.is_set()
+                if q.job.speculative and q.job.wheel not in wanted and not q.cancel.is_set()
             ]
             for queued in stale:
                 queued.cancel.set()  # a running one's container is killed, nothing cached
@@ -498,6 +508,7 @@ class LocalExecutor(Executor):
                     echo=None if queued.job.speculative else self.echo,
                     cancel=queued.cancel,
                     parallel=build_parallelism(self._jobs),
+                    inputs=queued.job.inputs,
                     speculative=queued.job.speculative,
                 )
             except BaseException as exc:

@@ -117,6 +117,7 @@ class _BuildOnNode:
     ccache_dir: str
     committed: int | None = None  # the commit's time, the build's SOURCE_DATE_EPOCH
     log: Any = None  # the driver's log queue (--verbose): the build's lines go there
+    inputs: dict[str, str] = field(default_factory=dict)  # see `BuildJob.inputs`
 
 
 @dataclass
@@ -290,6 +291,7 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
             builder=builder,
             parallel=max(2, (os.cpu_count() or 2) // max(1, int(_node_cpus()))),
             echo=echo,
+            inputs=task.inputs,
         )
     entry = None if shared else tar_directory(cache.entry_dir(result.key))
     return _Built(result=result, entry=entry)
@@ -540,9 +542,7 @@ class RayExecutor(Executor):
             return sum(1 for b in self._builds.values() if not b.build.done())
 
     def build(self, job: BuildJob) -> Future[WheelResult]:
-        key = self.cache.key(
-            job.package, job.commit, job.settings, job.builder.key if job.builder else None
-        )
+        key = self.cache.key(*job.key_args)
         with self._lock:
             if self._closed:
                 return _failed(Cancelled("the session is stopping"))
@@ -627,9 +627,7 @@ class RayExecutor(Executor):
             time.sleep(0.2)
 
     def _build(self, job: BuildJob, key: str) -> WheelResult:
-        hit = self.cache.lookup(
-            job.package, job.commit, job.settings, job.builder.key if job.builder else None
-        )
+        hit = self.cache.lookup(*job.key_args)
         if hit is not None:
             return hit
         with tempfile.TemporaryDirectory(prefix="ray-export-") as tmp:
@@ -644,6 +642,7 @@ class RayExecutor(Executor):
             ccache_dir=str(job.ccache_dir),
             committed=exported.committed if isinstance(exported, ExportResult) else None,
             log=None if job.speculative else self._log,
+            inputs=dict(job.inputs),
         )
         built: _Built = self._wait(
             self._build_task.remote(task, self.settings),

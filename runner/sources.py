@@ -132,6 +132,7 @@ class SourceExporter:
         self._gitmodules_cache: dict[tuple[Path, str], dict[str, SubmoduleEntry]] = {}
         self._config_urls: dict[Path, dict[str, str]] = {}
         self._default_at: dict[str, str] = {}
+        self._reads: dict[tuple[str, str], bool] = {}
         self._top = self._make_top()
 
     # ----------------------------------------------------------------- public API
@@ -239,6 +240,42 @@ class SourceExporter:
         if omitted is not None:
             omitted.update(used & skipped)
         return submodules
+
+    def pinned(self, commit: str, path: str) -> str | None:
+        """The commit the superproject's gitlink at `path` pins at `commit`, or None (no
+        gitlink there; a path inside another submodule is not looked up)."""
+        sha = self._resolve_superproject_commit(commit)
+        self._ensure_mirror(self._top)
+        listing = self._mirror_git(self._top, "ls-tree", "-z", sha, "--", _norm(path))
+        return dict(gitlinks(listing.stdout, tree_format=True)).get(_norm(path))
+
+    def reads_submodule(self, commit: str, path: str) -> bool:
+        """Whether the build of `commit` may read the submodule at `path`: a build file names
+        it as a path from the project's root (`${CMAKE_SOURCE_DIR}/runtime/include`,
+        `add_subdirectory(runtime)`, `"runtime/x.h"` in setup.py) or a C/C++ source includes a
+        file from it. Such a build compiles the submodule's files into the wheel."""
+        sha = self._resolve_superproject_commit(commit)
+        cached = self._reads.get((sha, path))
+        if cached is not None:
+            return cached
+        self._ensure_mirror(self._top)
+        name = _ere_escape(_norm(path))
+        searches = (
+            (rf"""(^|[[:space:]"'(=]|}}/|\./){name}([/"')[:space:]]|$)""", _BUILD_FILES),
+            (rf"""#[[:space:]]*include[[:space:]]*[<"](\.\./)*{name}/""", _C_SOURCES),
+        )
+        found = False
+        for pattern, pathspecs in searches:
+            proc = self._mirror_git(
+                self._top, "grep", "-q", "-I", "-E", "-e", pattern, sha, "--", *pathspecs
+            )
+            if proc.returncode not in (0, 1):
+                checked(proc, f"searching {sha[:12]}")
+            if proc.returncode == 0:
+                found = True
+                break
+        self._reads[(sha, path)] = found
+        return found
 
     def changed(self, first: str, last: str, filename: str) -> list[str]:
         """First-parent commits in first..last that change `filename` (newest first)."""
@@ -681,6 +718,27 @@ class SourceExporter:
                 break
         self._default_at[path] = found
         return found
+
+
+# Where a build names the files it reads (git pathspecs: `*` also matches across `/`).
+_BUILD_FILES = (
+    "*CMakeLists.txt",
+    "*.cmake",
+    "*setup.py",
+    "*setup.cfg",
+    "*pyproject.toml",
+    "*meson.build",
+    "*meson.options",
+    "*meson_options.txt",
+    "*Makefile",
+    "*.mk",
+)
+_C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.cxx", "*.h", "*.hh", "*.hpp", "*.hxx", "*.cu", "*.inc")
+
+
+def _ere_escape(text: str) -> str:
+    """`text` as a literal in a POSIX extended regular expression (git grep -E)."""
+    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
 
 
 def _beneath(path: str, parents: Collection[str]) -> bool:

@@ -153,6 +153,8 @@ class CacheEntry:
     path: Path
     builder: str | None = None
     wheel_size: int | None = None  # the wheel's bytes when it was cached
+    # Submodules built at another commit than `commit` pins (path -> sha): see `WheelCache.key`
+    inputs: Mapping[str, str] = field(default_factory=dict)
 
 
 def _now() -> datetime:
@@ -206,10 +208,16 @@ class WheelCache:
     # -- paths and locks -------------------------------------------------------------------
 
     def key(
-        self, package: str, commit: str, settings: BuildSettings, builder: str | None = None
+        self,
+        package: str,
+        commit: str,
+        settings: BuildSettings,
+        builder: str | None = None,
+        inputs: Mapping[str, str] | None = None,
     ) -> str:
-        """`builder`: the builder image's key (base image plus exact build tools), if any."""
-        fields = {
+        """`builder`: the builder image's key (base image plus exact build tools), if any.
+        `inputs`: submodules built at another commit than `commit` pins (path -> sha)."""
+        fields: dict[str, object] = {
             "package": package,
             "commit": commit,
             "base_image_id": settings.base_image_id,
@@ -217,6 +225,8 @@ class WheelCache:
         }
         if builder is not None:
             fields["builder"] = builder
+        if inputs:
+            fields["inputs"] = dict(sorted(inputs.items()))
         blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -343,15 +353,21 @@ class WheelCache:
                 path=path,
                 builder=data.get("builder"),
                 wheel_size=data.get("size") if data.get("wheel") else None,
+                inputs=dict(data.get("inputs") or {}),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def lookup(
-        self, package: str, commit: str, settings: BuildSettings, builder: str | None = None
+        self,
+        package: str,
+        commit: str,
+        settings: BuildSettings,
+        builder: str | None = None,
+        inputs: Mapping[str, str] | None = None,
     ) -> WheelResult | None:
         """The cached wheel or failure for this build, marked as just used; None on a miss."""
-        key = self.key(package, commit, settings, builder)
+        key = self.key(package, commit, settings, builder, inputs)
         with self.locked(key):
             return self._lookup_locked(key)
 
@@ -526,6 +542,14 @@ _PIP_NOISE = re.compile(
     r"|.*finished with status 'error'$|-- Configuring incomplete, errors occurred)",
     re.IGNORECASE,
 )
+
+
+def wheel_id(commit: str, inputs: Mapping[str, str] | None = None) -> str:
+    """One wheel of a package: its commit, and the submodule commits it was built with when
+    they are not the ones `commit` pins (`inputs`, see `WheelCache.key`)."""
+    if not inputs:
+        return commit
+    return "+".join([commit, *(f"{path}@{sha}" for path, sha in sorted(inputs.items()))])
 
 
 def ran_out_of_space(output: str) -> bool:
@@ -722,8 +746,10 @@ def build_wheel(
     cancel: threading.Event | None = None,
     parallel: int | None = None,
     speculative: bool = False,
+    inputs: Mapping[str, str] | None = None,
 ) -> WheelResult:
     """The wheel of `package` at `commit`, from the cache or built now in `builder`'s image.
+    `inputs`: submodules `prepare_source` exports at another commit than `commit` pins.
 
     Setting `cancel` kills the build's container and raises `Cancelled`; the build directory is
     removed and nothing reaches the cache.
@@ -733,7 +759,7 @@ def build_wheel(
     SOURCE_DATE_EPOCH. Build failures are cached; engine, disk and timeout failures raise
     InfrastructureError instead, since another attempt may well succeed.
     """
-    key = cache.key(package, commit, settings, builder.key if builder else None)
+    key = cache.key(package, commit, settings, builder.key if builder else None, inputs)
     with cache.locked(key, echo):
         hit = cache._lookup_locked(key)
         if hit is not None:
@@ -760,6 +786,7 @@ def build_wheel(
                 cancel=cancel,
                 parallel=parallel,
                 speculative=speculative,
+                inputs=inputs,
             )
         except OSError as exc:
             raise _infrastructure(exc, f"build the {package} wheel for {commit[:12]}") from exc
@@ -783,6 +810,7 @@ def _build(
     cancel: threading.Event | None = None,
     parallel: int | None = None,
     speculative: bool = False,
+    inputs: Mapping[str, str] | None = None,
 ) -> WheelResult:
     src, out, staged = work / "src", work / "out", work / "entry"
     for directory in (src, out, staged):
@@ -876,6 +904,7 @@ def _build(
             "builder": builder.image_id if builder else None,
             "build_tools": list(builder.tools) if builder else None,
             "ccache": list(counts) if counts else None,
+            "inputs": dict(inputs) if inputs else None,
         },
     )
     final = cache.entry_dir(key)

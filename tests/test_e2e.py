@@ -55,6 +55,9 @@ API_BUMP = SampleSpec(
 UNREADABLE = SampleSpec(
     **SMALL, bumps=((4, 4), (6, 6)), unreadable_simpler=frozenset({4}), simpler_regression_at=6
 )
+# pypto's build bakes the runtime's include/abi.h into its wheel from pypto 2 on; simpler 3 changes
+# the value there, and nothing else: only a pypto built with each state's header can find it.
+IN_HEADER = SampleSpec(**SMALL, bumps=((4, 5),), simpler_regression_at=3, regression_in_header=True)
 BACKWARD = SampleSpec(
     **{**SMALL, "simpler_commits": 8},
     bumps=((4, 7), (6, 3)),
@@ -164,6 +167,25 @@ def test_a_bump_to_a_new_simpler_api_is_bisected_with_its_own_code(sample_factor
     assert {s["verdict"] for s in halves} == {"skip"} and len(halves) == 2
     # Across the API line the example cannot import: a skip, never a verdict.
     assert all("accumulate" in s["reason"] for s in halves), [s["reason"] for s in halves]
+
+
+def test_a_pypto_whose_build_reads_the_runtime_is_built_with_each_simpler_state(
+    sample_factory, bisect, tmp_path
+):
+    sample = sample_factory(IN_HEADER)
+
+    result = bisect(sample)
+
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["pypto"]["first_bad"] == sample.pypto_shas[4]
+    assert report["source"] == "simpler"
+    assert report["simpler"]["culprit"] == sample.simpler_shas[3]
+    # One pypto wheel per simpler state, each baking that state's header.
+    ledger = json.loads((tmp_path / "work" / "ledger.json").read_text())
+    inside = [a for a in ledger["attempts"] if a["level"] == "simpler"]
+    wheels = {a["simpler_sha"]: a["wheel_digests"]["pypto"] for a in inside}
+    assert len(wheels) >= 2 and len(set(wheels.values())) == len(wheels), wheels
 
 
 def test_a_simpler_commit_whose_pyproject_is_not_toml_is_a_skip_not_the_end(sample_factory, bisect):

@@ -331,6 +331,46 @@ def test_every_unfetched_submodule_pin_is_named_in_one_error(
     )
 
 
+@pytest.mark.parametrize(
+    ("path", "text", "reads"),
+    [
+        (
+            "python/bindings/CMakeLists.txt",
+            "include_directories(${CMAKE_SOURCE_DIR}/runtime/src)",
+            True,
+        ),
+        ("CMakeLists.txt", "add_subdirectory(runtime)\n", True),
+        ("setup.py", 'HEADER = Path("runtime/include/abi.h")\n', True),
+        ("src/core.cpp", '#include "runtime/include/abi.h"\n', True),
+        ("src/core.cpp", '#include "../runtime/abi.h"\n', True),
+        # pypto's own files that merely share the word
+        (
+            "CMakeLists.txt",
+            "add_library(core src/runtime/scopes.cpp src/runtime_pass.cpp)\n",
+            False,
+        ),
+        ("src/core.cpp", '#include "pypto/runtime/scopes.h"\n', False),
+        ("docs/build.md", "the build reads ${CMAKE_SOURCE_DIR}/runtime/include\n", False),
+    ],
+)
+def test_a_build_reads_the_runtime_when_its_build_files_or_includes_name_it(
+    sample: Sample, tmp_path: Path, path: str, text: str, reads: bool
+) -> None:
+    checkout = tmp_path / "checkout"
+    shutil.copytree(sample.pypto, checkout, symlinks=True)
+    target = checkout / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    git(checkout, "add", path)
+    git(checkout, "commit", "-q", "-m", "build change")
+    exporter = SourceExporter(checkout, tmp_path / "cache")
+
+    assert exporter.reads_submodule("HEAD", RUNTIME_PATH) is reads
+    assert exporter.reads_submodule("HEAD~1", RUNTIME_PATH) is False  # the sample's own build
+    assert exporter.pinned("HEAD", RUNTIME_PATH) == sample.gitlink(len(sample.pypto_shas) - 1)
+    assert exporter.pinned(sample.pypto_shas[0], RUNTIME_PATH) is None  # before the runtime
+
+
 def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
     sample: Sample, tmp_path: Path
 ) -> None:

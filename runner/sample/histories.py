@@ -145,6 +145,9 @@ class SampleSpec:
     # only, and pypto imports that name from that pypto commit on (a bump with code, as real
     # pypto adapts to a new runtime API): a pair across the line fails at import. Python only.
     api_change: tuple[int, int] | None = None
+    # Python only: simpler's regression is a value in a header (`include/abi.h`) that pypto's build
+    # reads from the runtime submodule and bakes into its wheel; simpler's own code stays exact.
+    regression_in_header: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -422,6 +425,7 @@ def _make_simpler(upstream: _Upstream, spec: SampleSpec, isa_sha: str) -> list[s
             compile_work=spec.compile_work,
             api_v2=spec.api_change is not None and index >= spec.api_change[0],
             unreadable=index in spec.unreadable_simpler,
+            in_header=spec.regression_in_header,
         )
         if index == spec.nested_submodule_at:
             gitmodules = _gitmodules([(ISA_PATH, ISA_PATH, ISA_URL)])
@@ -454,6 +458,7 @@ def _make_pypto(
                 new_era=spec.pypto_new_era_at is not None and index >= spec.pypto_new_era_at,
                 compile_work=spec.compile_work,
                 api_v2=spec.api_change is not None and index >= spec.api_change[1],
+                bakes_runtime=spec.regression_in_header and index >= spec.runtime_added_at,
             )
         if index in (1, spec.runtime_added_at, spec.libbacktrace_url_change_at):
             moved = index >= spec.libbacktrace_url_change_at

@@ -183,6 +183,7 @@ def write_simpler(
     compile_work: int = 0,
     api_v2: bool = False,
     unreadable: bool = False,
+    in_header: bool = False,
 ) -> None:
     """A simpler-like runtime: `accumulate` is the kernel whose precision may regress.
 
@@ -190,10 +191,15 @@ def write_simpler(
     `compile_work` adds a C++ unit that costs that much compiling (see `_compile_work`).
     `api_v2`: the kernel is renamed `accumulate_v2` (pypto before the rename cannot import it).
     `unreadable`: a merge conflict's marker is left in pyproject.toml, which is then not TOML.
+    `in_header`: `scale` goes into `include/abi.h`, a header pypto's build compiles in (see
+    `write_pypto`), and the kernel itself stays exact.
     """
     if native:
         _write_native_simpler(root, revision, scale, broken, new_era, compile_work)
         return
+    if in_header:
+        _write(root / "include" / "abi.h", f"#define ABI_SCALE {scale!r}\n")
+        scale = 1.0
     kernel = "accumulate_v2" if api_v2 else "accumulate"
     _write(root / "pyproject.toml", _pyproject("simpler", f"0.{revision}.0"))
     if unreadable:
@@ -344,6 +350,7 @@ def write_pypto(
     new_era: bool = False,
     compile_work: int = 0,
     api_v2: bool = False,
+    bakes_runtime: bool = False,
 ) -> None:
     """A pypto-like compiler: `codegen` emits source text, `mean` runs it on the runtime.
 
@@ -351,6 +358,8 @@ def write_pypto(
     `native`: part of it is C++17, built by scikit-build-core and CMake like the real compiler;
     `compile_work` makes its code generation unit cost that much compiling (`_compile_work`).
     `api_v2`: it imports simpler's kernel by its new name (see `write_simpler`).
+    `bakes_runtime`: its build reads `runtime/include/abi.h` from the runtime submodule and bakes
+    it into the wheel, as real pypto's CMake compiles in the runtime's headers.
     """
     if native:
         _write_native_pypto(root, revision, factor, uses_simpler, broken, new_era, compile_work)
@@ -375,14 +384,43 @@ def write_pypto(
         f"REVISION = {revision}\n"
         f"FACTOR = {factor!r}\n\n\n"
         + _CODEGEN
-        + "\n\ndef mean(values):\n    return accumulate(values) / len(values) * FACTOR\n"
+        + "\n\ndef mean(values):\n    return accumulate(values) / len(values) * FACTOR"
+        + (" * _abi.ABI_SCALE\n" if bakes_runtime else "\n")
     )
+    if bakes_runtime:
+        body = body.replace(
+            f"REVISION = {revision}\n", f"from pypto import _abi\n\nREVISION = {revision}\n"
+        )
     if broken:
         _break_build(root)
+    elif bakes_runtime:
+        _write(root / "setup.py", _BAKE_ABI)
     else:
         _unbreak_build(root)
     _write(root / "pypto" / "__init__.py", body)
     _write(root / "src" / "README", f"native sources of revision {revision}\n")
+
+
+_BAKE_ABI = """
+    \"\"\"Bakes the runtime's ABI header into the package, as a C++ build compiles it in.\"\"\"
+    import re
+    from pathlib import Path
+
+    from setuptools import setup
+    from setuptools.command.build_py import build_py
+
+
+    class BakeAbi(build_py):
+        def run(self):
+            super().run()
+            header = Path("runtime/include/abi.h").read_text()
+            scale = re.search(r"#define ABI_SCALE (\\S+)", header).group(1)
+            target = Path(self.build_lib) / "pypto" / "_abi.py"
+            target.write_text(f"ABI_SCALE = {scale}\\n")
+
+
+    setup(cmdclass={"build_py": BakeAbi})
+    """
 
 
 # Where the example waits for the card when a sample models NPU time (see write_lib).
