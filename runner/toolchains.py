@@ -8,7 +8,7 @@ and the Docker side (the provisioner); `run` asks it per attempt, and ahead of t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.builders import Builder, Provisioner, Resolution
@@ -79,6 +79,7 @@ class Toolchains:
         *,
         build: bool = False,
         every: bool = False,
+        skip: Collection[str] = (),
     ) -> list[Planned]:
         """Resolve (and download, or build) the tools of a first-parent range ahead of time.
 
@@ -87,6 +88,7 @@ class Toolchains:
         run with one line naming the commit before the first bisect step. `every` (`builder
         prepare`): every pypto commit of the range and every simpler commit inside its bumps,
         since tools picked by date change with the commit's date, not only with its pyproject.
+        Commits in `skip` (the user's `--skip`) are never built, so their tools are not needed.
         """
         if not chain:
             return []
@@ -108,6 +110,8 @@ class Toolchains:
         ends = {chain[0], chain[-1], gitlinks.get(chain[0]), gitlinks.get(chain[-1])}
         planned = []
         for package, commit, at in targets:
+            if commit in skip:
+                continue
             try:
                 resolution = self.resolution(package, commit, at)
             except UnbuildableCommit:
@@ -116,11 +120,18 @@ class Toolchains:
                 continue  # a commit in between: its test is a skip
             where = f"{package} {commit[:12]}"
             self.provisioner.require_compiler(resolution, where)
-            if build:
-                made = self.provisioner.builder(resolution, where)
-            else:
-                self.provisioner.download(resolution, where)
-                made = None
+            try:
+                if build:
+                    made = self.provisioner.builder(resolution, where)
+                else:
+                    self.provisioner.download(resolution, where)
+                    made = None
+            except BadInput as exc:
+                if commit in ends:
+                    raise
+                raise BadInput(
+                    f"{exc}; or, if it cannot be built, --skip {commit[:12]} takes it as untestable"
+                ) from None
             planned.append(Planned(package, commit, resolution, made))
         return planned
 

@@ -188,6 +188,23 @@ def test_a_pypto_whose_build_reads_the_runtime_is_built_with_each_simpler_state(
     assert len(wheels) >= 2 and len(set(wheels.values())) == len(wheels), wheels
 
 
+def test_a_commit_whose_build_tools_nothing_supplies_can_be_skipped(sample_factory, bisect):
+    sample = sample_factory(PYPTO_REGRESSION)
+    middle = sample.pypto_shas[3]
+    pin = {"package": "pypto", "commits": [middle], "requirements": ["ninja==0.1"]}
+
+    refused = bisect(sample, "--build-pin", json.dumps(pin))
+
+    assert refused.returncode == 2
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "ninja==0.1" in last and last.endswith(f"--skip {middle[:12]} takes it as untestable"), (
+        last
+    )
+    skipped = bisect(sample, "--build-pin", json.dumps(pin), "--skip", middle)
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
+
+
 def test_a_simpler_commit_whose_pyproject_is_not_toml_is_a_skip_not_the_end(sample_factory, bisect):
     sample = sample_factory(UNREADABLE)
 
