@@ -140,6 +140,7 @@ class DockerTester:
             if entry.ok
         }
         self._reads: dict[str, bool] = {}  # pypto commit -> whether its build reads the runtime
+        self._ends: set[str | None] = set()  # the range's ends and their pins (`preflight`)
         self._prefetched: set[tuple[str, str | None]] = set()
         self._wanted: list[tuple[str, str | None]] = []  # guesses not started, in order
         self._ahead_cond = threading.Condition()
@@ -175,6 +176,7 @@ class DockerTester:
         """Check that the endpoints (`which` -> commit) can be exported, then resolve and
         download the build tools of the range, all before the first bisect step."""
         omitted: set[str] = set()
+        self._ends = {c for commit in endpoints.values() for c in (commit, gitlinks.get(commit))}
         for which, commit in endpoints.items():
             try:
                 self._check_sources(commit, gitlinks.get(commit), omitted=omitted)
@@ -275,7 +277,7 @@ class DockerTester:
                             where = placement(exc.slot.device, exc.slot.node)
                             self._note_infrastructure("-", None, f"{RETIRED} {where}: {reason}")
                     if len(failures[index]) >= self.infra_retries:
-                        fatal = InfrastructureError(_stopping(failures[index], request))
+                        fatal = InfrastructureError(_stopping(failures[index], request, self._ends))
                         fatal.__cause__ = exc
                         continue
                     if self.echo:
@@ -834,32 +836,38 @@ class DockerTester:
         record.log_path = str(result.log_path)
 
 
-def _stopping(failures: Sequence[InfrastructureError], request: Request) -> str:
-    """Why the run stops after a test's infrastructure failures, and what lets it go on."""
+def _stopping(
+    failures: Sequence[InfrastructureError], request: Request, ends: Collection[str | None] = ()
+) -> str:
+    """Why the run stops after a test's infrastructure failures, and what lets it go on
+    (`ends`: the range's ends and the simpler commits they pin, which --skip cannot take)."""
     count, last = len(failures), failures[-1]
     if isinstance(last, BuildTimedOut) and all(isinstance(f, BuildTimedOut) for f in failures):
+        hangs = (
+            "move --good or --bad off it (it is an end of the range)"
+            if last.commit in ends
+            else f"run again with --skip {last.commit[:12]} to take it as untestable"
+        )
         return (
             f"the {last.package} build of {last.commit[:12]} timed out after {last.seconds:g}s "
             f"{'twice' if count == 2 else f'{count} times' if count > 2 else 'once'}"
             f"{' in a row' if count > 1 else ''}, nothing recorded (log: {last.log}): raise "
-            "--build-timeout if builds are only slow here, or, if this commit's build hangs, run "
-            f"again with --skip {last.commit[:12]} to take it as untestable"
+            "--build-timeout if builds are only slow here, or, if this commit's build hangs, "
+            + hangs
         )
     in_a_row = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"
-    return (
-        f"{in_a_row}, nothing recorded for {request.pypto[:12]}: {str(last).splitlines()[0]}; "
-        "fix the cause and run again to resume"
-    )
-
-
-def _wheels_in(attempt: Attempt, states: Collection[str]) -> list[tuple[str, str]]:
-    """(package, commit) of the attempt's wheels whose build state is one of `states`."""
-    out = []
-    for package, state in attempt.builds.items():
-        commit = attempt.pypto_sha if package == "pypto" else attempt.simpler_sha
-        if commit and state in states:
-            out.append((package, commit))
-    return out
+    what = "fix the cause and run again to resume"
+    if isinstance(last, DeviceFault) and "timed out" in str(last):
+        what = (
+            "raise --timeout if the example is only slow here, or, if it hangs at this commit, "
+            + (
+                "move --good or --bad off it (it is an end of the range)"
+                if request.pypto in ends
+                else f"run again with --skip {request.pypto[:12]} to take it as untestable"
+            )
+        )
+    first = str(last).splitlines()[0]
+    return f"{in_a_row}, nothing recorded for {request.pypto[:12]}: {first}; {what}"
 
 
 def _build_state(wheel: WheelResult) -> str:

@@ -14,13 +14,15 @@ from pathlib import Path
 import docker
 import pytest
 
-from runner.attempts import DockerTester, RunSettings
+from runner.attempts import DockerTester, RunSettings, _stopping
 from runner.devices import Passthrough
+from runner.errors import BuildTimedOut
 from runner.execute import LABEL
-from runner.executor import LocalExecutor, Slot
+from runner.executor import DeviceFault, LocalExecutor, Slot
 from runner.history import History
 from runner.ledger import Ledger
 from runner.sample.histories import SampleSpec
+from runner.session import Request
 from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
 from tests.fixtures.samples import SMALL
@@ -173,3 +175,20 @@ def test_a_guess_waits_for_a_tests_image_until_an_example_has_shown_it_hides_gue
         assert tester._guess_may_start()
         tester._run_times[:] = [0.05]  # a fast one: guesses would only slow the rounds
         assert not tester._guess_may_start()
+
+
+@pytest.mark.parametrize("at_an_end", [False, True])
+def test_a_stop_after_timeouts_says_what_lets_the_run_go_on(at_an_end: bool) -> None:
+    """--skip of an end of the range is refused, so the advice for an end is to move it."""
+    pypto, simpler = "a" * 40, "b" * 40
+    ends = {pypto, simpler} if at_an_end else {"c" * 40}
+    build = BuildTimedOut("the pypto build timed out", "pypto", pypto, 30.0, "/log")
+    run = DeviceFault(f"the example run of {pypto[:12]} on device 0 timed out", Slot("0"))
+
+    for failures, raise_ in (([build, build], "--build-timeout"), ([run], "--timeout")):
+        said = _stopping(failures, Request("pypto", pypto, simpler), ends)
+        assert f"raise {raise_} if " in said, said
+        if at_an_end:
+            assert said.endswith("move --good or --bad off it (it is an end of the range)"), said
+        else:
+            assert said.endswith(f"--skip {pypto[:12]} to take it as untestable"), said
