@@ -257,6 +257,21 @@ def _check_submodule_path(
                 f"submodule there (the known-bad commit has: {listed}); name the runtime's path "
                 "as .gitmodules gives it"
             )
+        # The default path, and the runtime elsewhere: every test would run without simpler.
+        named = sorted(
+            {
+                entry.path
+                for end in (bad, good)
+                for entry in at[end].values()
+                if "simpler" in (entry.name, entry.path.rsplit("/", 1)[-1])
+            }
+        )
+        if named:
+            raise BadInput(
+                f"neither end of the range has a submodule at {path} (the default runtime path), "
+                f"but simpler is a submodule at {' and '.join(named)}: pass --submodule-path "
+                f"{named[0]}"
+            )
         return
     if len(there) == 2:
         return

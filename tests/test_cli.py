@@ -792,6 +792,17 @@ def test_a_runtime_that_moves_to_another_path_within_the_range_stops_before_any_
     assert_one_line_error(
         typo, 2, "neither end of the range has a submodule there", "has: 3rdparty/libbacktrace"
     )
+    # A range after the move: the default path names nothing, and every test would run without
+    # simpler; the path .gitmodules gives the submodule "simpler" is the way on.
+    git(repo, "commit", "-q", "--allow-empty", "-m", "docs: after the move", when=51 * 86_400)
+    args[args.index("--good") + 1] = moved
+    after = cli(*args)
+    assert_one_line_error(
+        after,
+        2,
+        "neither end of the range has a submodule at runtime (the default runtime path), but "
+        "simpler is a submodule at third_party/runtime: pass --submodule-path third_party/runtime",
+    )
     assert not (tmp_path / "work" / "ledger.json").exists()
 
 
