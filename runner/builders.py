@@ -35,6 +35,7 @@ import docker.errors
 from docker.models.images import Image
 from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -42,7 +43,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
@@ -78,6 +79,15 @@ try:
 except Exception:
     has_pip = False
 libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+cmake = None
+if shutil.which("cmake"):
+    try:
+        import subprocess
+        said = subprocess.run(["cmake", "--version"], capture_output=True, text=True, timeout=60)
+        words = said.stdout.split()
+        cmake = words[2] if words[:2] == ["cmake", "version"] and len(words) > 2 else None
+    except Exception:
+        cmake = None
 print("BISECT-PROBE " + json.dumps({
     "python": "%d.%d" % sys.version_info[:2],
     "implementation": sys.implementation.name,
@@ -86,6 +96,7 @@ print("BISECT-PROBE " + json.dumps({
     "glibc": libc.split()[-1] if libc and libc.startswith("glibc") else None,
     "tools": sorted(t for t in _TOOLS if shutil.which(t)),
     "has_pip": has_pip,
+    "cmake": cmake,
     "env": {k: v for k, v in os.environ.items() if k.startswith(("ASCEND", "BISECT_TEST"))},
 }))
 """
@@ -139,6 +150,42 @@ def build_requires(pyproject: str | None, where: str) -> tuple[str, ...]:
     return tuple(requires)
 
 
+_CMAKE_MINIMUM = re.compile(
+    r"^\s*cmake_minimum_required\s*\(\s*VERSION\s+([0-9]+(?:\.[0-9]+)*)",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def cmake_wanted(pyproject: str | None, cmakelists: str | None) -> SpecifierSet | None:
+    """The cmake a scikit-build-core project asks for: `cmake.version` (or the old
+    `cmake.minimum-version`) of `[tool.scikit-build]`, else, as its default "CMakeLists.txt"
+    says, the `cmake_minimum_required` of its CMakeLists.txt; None when neither says."""
+    settings: object = {}
+    if pyproject is not None:
+        with contextlib.suppress(tomllib.TOMLDecodeError, AttributeError):
+            settings = tomllib.loads(pyproject).get("tool", {}).get("scikit-build", {})
+    cmake = settings.get("cmake", {}) if isinstance(settings, dict) else {}
+    if isinstance(cmake, dict):
+        version, minimum = cmake.get("version"), cmake.get("minimum-version")
+        with contextlib.suppress(InvalidSpecifier, TypeError):
+            if isinstance(version, str) and version.strip() not in ("", "CMakeLists.txt"):
+                return SpecifierSet(version)
+            if isinstance(minimum, str) and minimum.strip():
+                return SpecifierSet(f">={minimum.strip()}")
+    found = _CMAKE_MINIMUM.search(cmakelists or "")
+    return SpecifierSet(f">={found.group(1)}") if found else None
+
+
+def _satisfies(version: str | None, wanted: SpecifierSet) -> bool:
+    """Whether an image's cmake `version` is one `wanted` admits (unknown: assume it is)."""
+    if version is None:
+        return True
+    try:
+        return wanted.contains(Version(version.split("-")[0]), prereleases=True)
+    except InvalidVersion:
+        return True
+
+
 def _parse_requirement(text: str, where: str) -> Requirement:
     try:
         return Requirement(text)
@@ -161,6 +208,7 @@ class ImageTraits:
     tools: frozenset[str]
     has_pip: bool
     env: Mapping[str, str] = field(default_factory=dict)
+    cmake: str | None = None  # `cmake --version`'s number, when the image has cmake
 
     def pip_target_args(self) -> list[str]:
         """`pip download` options that select wheels for this image, not for the host."""
@@ -210,6 +258,7 @@ class ImageTraits:
             "tools": sorted(self.tools),
             "has_pip": self.has_pip,
             "env": dict(self.env),
+            "cmake": self.cmake,
         }
 
     @classmethod
@@ -223,6 +272,7 @@ class ImageTraits:
             tools=frozenset(str(t) for t in data.get("tools", []) or []),  # type: ignore[union-attr]
             has_pip=bool(data.get("has_pip")),
             env=dict(data.get("env") or {}),  # type: ignore[arg-type]
+            cmake=str(data["cmake"]) if data.get("cmake") else None,
         )
 
 
@@ -712,13 +762,17 @@ class Provisioner:
                 "CANN image, or install a compiler in the base image (build-essential)"
             )
 
-    def extras(self, declared: Iterable[str] = ()) -> list[str]:
+    def extras(self, declared: Iterable[str] = (), cmake: SpecifierSet | None = None) -> list[str]:
         """What the backend needs besides the `declared` requirements, when the base lacks it:
-        a CMake backend's cmake too, as its get_requires_for_build_wheel would ask pip for."""
+        a CMake backend's cmake too, as its get_requires_for_build_wheel would ask pip for
+        when the image has none or one older than the project asks (`cmake`, see
+        `cmake_wanted`)."""
         wanted = []
         names = {_requirement_name(r) for r in declared}
-        if names & CMAKE_BACKENDS and "cmake" not in self.traits.tools | names:
-            wanted.append("cmake")
+        if names & CMAKE_BACKENDS and "cmake" not in names:
+            present = "cmake" in self.traits.tools
+            if not present or (cmake is not None and not _satisfies(self.traits.cmake, cmake)):
+                wanted.append(f"cmake{cmake or ''}")
         if "ninja" not in self.traits.tools:
             wanted.append("ninja")
         if "ccache" not in self.traits.tools:
@@ -728,7 +782,12 @@ class Provisioner:
         return wanted
 
     def resolve(
-        self, package: str, commit: str, pyproject: str | None, when: datetime
+        self,
+        package: str,
+        commit: str,
+        pyproject: str | None,
+        when: datetime,
+        cmakelists: str | None = None,
     ) -> Resolution:
         where = f"{package} {commit[:12]}"
         requires = build_requires(pyproject, where)
@@ -741,7 +800,7 @@ class Provisioner:
             package=package,
             commit=commit,
             by_date=self.by_date,
-            extras=self.extras(requires),
+            extras=self.extras(requires, cmake_wanted(pyproject, cmakelists)),
             markers=self.traits.markers(),
         )
 

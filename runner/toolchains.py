@@ -41,13 +41,10 @@ class Toolchains:
 
     def resolution(self, package: str, commit: str, at: str | None = None) -> Resolution:
         """`at`: the pypto commit whose runtime submodule holds a simpler `commit`."""
-        if package == "simpler":
-            pyproject, when = self.exporter.read(
-                commit, "pyproject.toml", submodule=self.path, at=at
-            )
-        else:
-            pyproject, when = self.exporter.read(commit, "pyproject.toml")
-        return self.provisioner.resolve(package, commit, pyproject, when)
+        where = {"submodule": self.path, "at": at} if package == "simpler" else {}
+        pyproject, when = self.exporter.read(commit, "pyproject.toml", **where)
+        cmakelists, _ = self.exporter.read(commit, "CMakeLists.txt", **where)
+        return self.provisioner.resolve(package, commit, pyproject, when, cmakelists)
 
     def _require_project(self, sha: str | None, at: str) -> None:
         """The known-bad commit's runtime must be a Python project: a --submodule-path naming

@@ -22,12 +22,15 @@ from pathlib import Path
 
 import docker
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from runner.builders import (
     LEGACY_REQUIRES,
     PackageSources,
     Provisioner,
     build_requires,
+    cmake_wanted,
     find_builder,
     image_present,
     probe_image,
@@ -678,6 +681,44 @@ def test_a_cmake_backend_on_a_base_without_cmake_gets_the_cmake_wheel(
     assert "cmake" in without.extras(["scikit-build-core>=0.10", "nanobind"])
     assert "cmake" not in without.extras(["scikit-build-core", "cmake>=3.20"])  # declared
     assert "cmake" not in without.extras(["setuptools"])  # nothing runs cmake
+
+    # A cmake older than the project asks for: the wheel of one it accepts, as pip would add.
+    image = Version(provisioner.traits.cmake or "0")
+    assert image >= Version("3.15"), provisioner.traits.cmake  # the probe reads its version
+    newer = SpecifierSet(f">={image.major}.{image.minor + 1}")
+    assert f"cmake{newer}" in provisioner.extras(["scikit-build-core"], newer)
+    assert not any(
+        e.startswith("cmake")
+        for e in provisioner.extras(["scikit-build-core"], SpecifierSet(">=3.15"))
+    )
+    assert f"cmake{newer}" in without.extras(["scikit-build-core"], newer)
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "cmakelists", "wanted"),
+    [
+        (None, "cmake_minimum_required(VERSION 3.28)\nproject(x)\n", ">=3.28"),
+        (None, "  CMAKE_MINIMUM_REQUIRED(VERSION 3.15...3.27)\n", ">=3.15"),
+        (
+            '[tool.scikit-build]\ncmake.version = ">=3.26"\n',
+            "cmake_minimum_required(VERSION 3.15)",
+            ">=3.26",
+        ),
+        ('[tool.scikit-build]\ncmake.minimum-version = "3.21"\n', None, ">=3.21"),
+        (
+            '[tool.scikit-build.cmake]\nversion = "CMakeLists.txt"\n',
+            "cmake_minimum_required(VERSION 3.20)",
+            ">=3.20",
+        ),
+        ("[build-system]\nrequires = []\n", "project(x)\n", None),
+        ("not toml [", None, None),
+    ],
+)
+def test_the_cmake_a_project_asks_for_is_read_as_scikit_build_core_reads_it(
+    pyproject: str | None, cmakelists: str | None, wanted: str | None
+) -> None:
+    found = cmake_wanted(pyproject, cmakelists)
+    assert (str(found) if found is not None else None) == wanted
 
 
 @pytest.mark.docker
