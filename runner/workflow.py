@@ -71,6 +71,7 @@ from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.verdict import Tolerance
 from runner.wheels import BuildSettings, WheelCache
+from runner.wording import counted
 
 LEDGER_NAME = "ledger.json"
 SETTINGS_NAME = "settings.json"
@@ -451,7 +452,9 @@ def run_bisect(
             ]
             ledger.supersede(unskipped)
             if unskipped and events is not None:
-                events.note(f"{len(unskipped)} commits skipped by an earlier --skip are tested")
+                verb = "is" if len(unskipped) == 1 else "are"
+                taken = counted(len(unskipped), "commit")
+                events.note(f"{taken} skipped by an earlier --skip {verb} tested")
             outcome = session.run()
         except BaseException as exc:
             tester.close(cancel=True)
