@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def gather_facts(
             if blamed is not None:
                 facts.simpler_stat = sub.stat(blamed)
                 facts.simpler_patch = sub.patch(blamed)
+                merged = sub.merged(blamed)
+                # Its branch is simpler's: no --good/--bad of this tool's can bisect it.
+                facts.simpler_merged = None if merged is None else replace(merged, branch=None)
         except (SourceUnavailable, BadInput):
             pass
         good_state = simpler.candidates[simpler.found - 1]

@@ -57,6 +57,7 @@ class ReportFacts:
     plot: str = ""  # the figures' PNG, relative to the report
     noop: str = ""  # "pypto"/"simpler": the culprit's build equals its parent's
     merged: Merged | None = None  # what the pypto culprit brings in, when it is a merge
+    simpler_merged: Merged | None = None  # likewise the simpler culprit (no branch to bisect)
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -593,6 +594,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "range": [simpler.candidates[0], simpler.candidates[-1]],
             "direction": outcome.direction,
             "pypto": simpler.anchor,
+            "merged": _merged(facts.simpler_merged),
         }
     if facts.triage is not None:
         data["triage"] = {
@@ -660,6 +662,9 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             sinfo = facts.commits.get(blamed)
             if sinfo is not None:
                 line += f" ({sinfo.subject})"
+            if facts.simpler_merged is not None:
+                brought = counted(len(facts.simpler_merged.commits), "commit")
+                line += f", a merge of {brought} listed below"
             if outcome.simpler.found is not None and blamed != outcome.simpler.first_bad:
                 line += ", whose removal by a backward pointer move brought it"
         else:
@@ -772,6 +777,8 @@ def build_markdown(
                 facts.simpler_stat,
                 facts.simpler_patch,
             )
+            if facts.simpler_merged is not None:
+                lines += _merge_block(facts.simpler_merged)
         else:
             lines += ["## Candidate simpler commits", ""]
             lines += [

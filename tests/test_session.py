@@ -1369,6 +1369,19 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     markdown = build_markdown(doc, outcome, facts, data)
     assert "It is a merge" not in markdown and "a merge of" not in markdown
 
+    # A simpler culprit that is a merge is listed with what it brings; its branch is simpler's.
+    facts = ReportFacts(simpler_merged=Merged(brought[:2], None))
+    data = build_json(doc, outcome, facts)
+    assert [c["subject"] for c in data["simpler"]["merged"]["commits"]] == [
+        "side work 25",
+        "side work 24",
+    ]
+    assert data["simpler"]["merged"]["branch"] is None
+    markdown = build_markdown(doc, outcome, facts, data)
+    assert markdown.splitlines()[2].endswith(", a merge of 2 commits listed below.")
+    assert "It is a merge: the regression came in with one of the 2 commits" in markdown
+    assert "bisect the merged branch" not in markdown
+
 
 def test_the_report_names_the_cards_of_earlier_runs_of_a_resumed_session(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
