@@ -11,6 +11,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -342,6 +343,12 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
         )
     elif attempt.reason.startswith(SOURCE_UNAVAILABLE):
         text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
+    elif (module := _missing_module(attempt.reason)) is not None:
+        text = (
+            f"the known-{failure.which} commit {sha} could not be tested ({why}): the base image "
+            f"lacks the Python module {module}, which the example or a wheel imports; add it to "
+            "the base image (runs have no network to install it)"
+        )
     elif failure.which == "good":
         text = (
             f"the known-good commit {sha} could not be tested ({why}); {_unblock(attempt)} or "
@@ -356,6 +363,18 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
         )
     log = f" (log: {attempt.log_path})" if attempt.log_path else ""
     return EndpointsDoNotReproduce(text + log)
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def _missing_module(reason: str) -> str | None:
+    """A module a run could not import that neither wheel brings (numpy, say): the base
+    image's to provide, whatever commit is tested."""
+    found = _NO_MODULE.search(reason)
+    if found is None or found.group(1).split(".")[0] in ("pypto", "simpler"):
+        return None
+    return found.group(1)
 
 
 def _unblock(attempt: Attempt) -> str:

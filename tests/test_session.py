@@ -1316,6 +1316,19 @@ def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, 
         assert advice in message and message.endswith(f"or pick another --{which}")
 
 
+def test_an_endpoint_missing_a_module_neither_wheel_brings_names_the_base_image():
+    """Every commit would fail the same way: no other --good helps, the image must change."""
+    numpy = recorded(
+        verdict=Verdict.SKIP, reason="crashed: ModuleNotFoundError: No module named 'numpy'"
+    )
+    for which in ("good", "bad"):
+        message = str(endpoint_error(EndpointFailure(which, numpy)))
+        assert "the base image lacks the Python module numpy" in message
+        assert "pick another" not in message
+    runtime = recorded(verdict=Verdict.SKIP, reason="crashed: No module named 'simpler._core'")
+    assert "pick another --good" in str(endpoint_error(EndpointFailure("good", runtime)))
+
+
 def test_with_no_culprit_the_runner_up_is_second_to_the_likeliest_candidate():
     from runner.confidence import belief
 
