@@ -139,7 +139,8 @@ class DockerTester:
             for entry in cache.entries()
             if entry.ok
         }
-        self._reads: dict[str, bool] = {}  # pypto commit -> whether its build reads the runtime
+        # pypto commit -> whether its build reads the runtime, and the runtime commit it pins
+        self._reads: dict[str, tuple[bool, str | None]] = {}
         self._ends: set[str | None] = set()  # the range's ends and their pins (`preflight`)
         self._prefetched: set[tuple[str, str | None]] = set()
         self._wanted: list[tuple[str, str | None]] = []  # guesses not started, in order
@@ -309,10 +310,12 @@ class DockerTester:
         as a commit that only moved the pointer would have. Empty when the build reads none."""
         if simpler is None:
             return {}
-        reads = self._reads.get(pypto)
-        if reads is None:
-            reads = self._reads[pypto] = self.exporter.reads_submodule(pypto, self.path)
-        if not reads or self.exporter.pinned(pypto, self.path) == simpler:
+        known = self._reads.get(pypto)
+        if known is None:  # git, once per pypto commit: the prefetch asks under its lock
+            reads = self.exporter.reads_submodule(pypto, self.path)
+            known = self._reads[pypto] = (reads, self.exporter.pinned(pypto, self.path))
+        reads, pinned = known
+        if not reads or pinned == simpler:
             return {}
         return {self.path: simpler}
 
