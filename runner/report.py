@@ -665,6 +665,8 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             if facts.simpler_merged is not None:
                 brought = counted(len(facts.simpler_merged.commits), "commit")
                 line += f", a merge of {brought} listed below"
+            if outcome.split is not None and outcome.split.carrier == "both":
+                line += "; pypto's own code change in it regresses too (both halves fail alone)"
             if outcome.simpler.found is not None and blamed != outcome.simpler.first_bad:
                 line += ", whose removal by a backward pointer move brought it"
         else:

@@ -1396,6 +1396,28 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     assert "bisect the merged branch" not in markdown
 
 
+def test_a_bump_whose_halves_both_regress_says_so_in_the_headline(sample_factory):
+    sample = sample_factory(
+        SampleSpec(
+            **SMALL,
+            bumps=((4, 5),),
+            code_with_bump=frozenset({4}),
+            pypto_regression_at=4,
+            simpler_regression_at=3,
+        )
+    )
+    outcome, tester = bisect(sample)
+    doc = ledger_of(sample, tester)
+    assert outcome.split is not None and outcome.split.carrier == "both"
+
+    headline = build_markdown(doc, outcome, ReportFacts(), build_json(doc, outcome, ReportFacts()))
+    assert headline.splitlines()[2] == (
+        f"The regression came in with pypto {sample.pypto_shas[4][:12]}, from simpler "
+        f"{sample.simpler_shas[3][:12]}; pypto's own code change in it regresses too (both "
+        "halves fail alone)."
+    )
+
+
 def test_the_report_names_the_cards_of_earlier_runs_of_a_resumed_session(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
     outcome, tester = bisect(sample)
