@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import docker
 import pytest
@@ -21,7 +22,7 @@ from runner.execute import LABEL
 from runner.executor import DeviceFault, LocalExecutor, Slot
 from runner.history import History
 from runner.ledger import Ledger
-from runner.sample.histories import SampleSpec
+from runner.sample.histories import SampleSpec, git
 from runner.session import Request
 from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
@@ -192,3 +193,34 @@ def test_a_stop_after_timeouts_says_what_lets_the_run_go_on(at_an_end: bool) -> 
             assert said.endswith("move --good or --bad off it (it is an end of the range)"), said
         else:
             assert said.endswith(f"--skip {pypto[:12]} to take it as untestable"), said
+
+
+def test_pypto_is_built_with_the_tested_runtime_only_where_its_build_reads_one(
+    sample_factory, tmp_path: Path
+) -> None:
+    """The pypto wheel of a pair bakes the pair's simpler when pypto's build reads the runtime
+    and pins another commit there; its own pin, a build that reads none, or a commit without
+    the runtime submodule (nothing there to move) keep the plain wheel."""
+    sample = sample_factory(
+        SampleSpec(**SMALL, bumps=((4, 5),), simpler_regression_at=3, regression_in_header=True)
+    )
+    checkout = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(checkout))
+    git(checkout, "checkout", "-q", "-b", "early", sample.pypto_shas[1])  # before the runtime
+    (checkout / "CMakeLists.txt").write_text("add_subdirectory(runtime)\n")
+    git(checkout, "add", "CMakeLists.txt")
+    git(checkout, "commit", "-q", "-m", "build: name the runtime before it exists")
+    early = git(checkout, "rev-parse", "HEAD")
+    tester = SimpleNamespace(
+        _reads={}, exporter=SourceExporter(checkout, tmp_path / "cache"), path="runtime"
+    )
+
+    def inputs(pypto: str, simpler: str | None) -> dict[str, str]:
+        return DockerTester._inputs(tester, pypto, simpler)  # type: ignore[arg-type]
+
+    bump, other = sample.pypto_shas[4], sample.simpler_shas[2]
+    assert inputs(bump, other) == {"runtime": other}
+    assert inputs(bump, sample.gitlink(4)) == {}
+    assert inputs(bump, None) == {}
+    assert inputs(sample.pypto_shas[1], other) == {}  # its build reads no runtime
+    assert inputs(early, other) == {}  # it names the runtime, but has no submodule there
