@@ -11,6 +11,7 @@ have no network) for the image's Python and platform, and layers them onto the b
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import html.parser
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 
 import docker
 import docker.errors
@@ -174,6 +176,39 @@ def cmake_wanted(pyproject: str | None, cmakelists: str | None) -> SpecifierSet 
                 return SpecifierSet(f">={minimum.strip()}")
     found = _CMAKE_MINIMUM.search(cmakelists or "")
     return SpecifierSet(f">={found.group(1)}") if found else None
+
+
+def setup_requires(setup_py: str | None) -> list[str]:
+    """The `setup_requires` a setup.py gives setup() as a literal: setuptools' build hook asks
+    pip for them (`get_requires_for_build_wheel`), as it does for pybind11 in older projects."""
+    try:
+        tree = ast.parse(setup_py or "")
+    except (SyntaxError, ValueError):
+        return []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        for keyword in node.keywords if name == "setup" else ():
+            if keyword.arg != "setup_requires":
+                continue
+            try:
+                value = ast.literal_eval(keyword.value)
+            except ValueError:
+                return []  # computed at run time: nothing to read here
+            items = [value] if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)):
+                return []
+            return [r for r in items if isinstance(r, str) and _valid_requirement(r)]
+    return []
+
+
+def _valid_requirement(text: str) -> bool:
+    try:
+        Requirement(text)
+    except InvalidRequirement:
+        return False
+    return True
 
 
 def _satisfies(version: str | None, wanted: SpecifierSet) -> bool:
@@ -787,10 +822,15 @@ class Provisioner:
         commit: str,
         pyproject: str | None,
         when: datetime,
-        cmakelists: str | None = None,
+        files: Mapping[str, str | None] = MappingProxyType({}),
     ) -> Resolution:
+        """`files`: the commit's CMakeLists.txt and setup.py (None: absent), for what its build
+        backend asks for beyond `[build-system].requires` (`cmake_wanted`, `setup_requires`)."""
         where = f"{package} {commit[:12]}"
         requires = build_requires(pyproject, where)
+        extras = self.extras(requires, cmake_wanted(pyproject, files.get("CMakeLists.txt")))
+        if any(_requirement_name(r) == "setuptools" for r in requires):
+            extras += setup_requires(files.get("setup.py"))
         return resolve(
             requires,
             where=where,
@@ -800,7 +840,7 @@ class Provisioner:
             package=package,
             commit=commit,
             by_date=self.by_date,
-            extras=self.extras(requires, cmake_wanted(pyproject, cmakelists)),
+            extras=extras,
             markers=self.traits.markers(),
         )
 

@@ -43,8 +43,11 @@ class Toolchains:
         """`at`: the pypto commit whose runtime submodule holds a simpler `commit`."""
         where = {"submodule": self.path, "at": at} if package == "simpler" else {}
         pyproject, when = self.exporter.read(commit, "pyproject.toml", **where)
-        cmakelists, _ = self.exporter.read(commit, "CMakeLists.txt", **where)
-        return self.provisioner.resolve(package, commit, pyproject, when, cmakelists)
+        files = {
+            name: self.exporter.read(commit, name, **where)[0]
+            for name in ("CMakeLists.txt", "setup.py")
+        }
+        return self.provisioner.resolve(package, commit, pyproject, when, files)
 
     def _require_project(self, sha: str | None, at: str) -> None:
         """The known-bad commit's runtime must be a Python project: a --submodule-path naming

@@ -35,6 +35,7 @@ from runner.builders import (
     image_present,
     probe_image,
     resolve,
+    setup_requires,
 )
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
@@ -692,6 +693,28 @@ def test_a_cmake_backend_on_a_base_without_cmake_gets_the_cmake_wheel(
         for e in provisioner.extras(["scikit-build-core"], SpecifierSet(">=3.15"))
     )
     assert f"cmake{newer}" in without.extras(["scikit-build-core"], newer)
+
+
+@pytest.mark.parametrize(
+    ("setup_py", "wanted"),
+    [
+        (
+            'from setuptools import setup\nsetup(name="s", setup_requires=["pybind11>=2.10"])\n',
+            ["pybind11>=2.10"],
+        ),
+        (
+            "import setuptools\nsetuptools.setup(setup_requires=('numpy', 'cython<3'))\n",
+            ["numpy", "cython<3"],
+        ),
+        ("from setuptools import setup\nsetup(setup_requires='pybind11')\n", ["pybind11"]),
+        ("from setuptools import setup\nREQ = ['x']\nsetup(setup_requires=REQ)\n", []),
+        ("from setuptools import setup\nsetup(name='s')\n", []),
+        ("def broken(:\n", []),
+        (None, []),
+    ],
+)
+def test_setup_requires_are_read_from_a_literal_as_setuptools_hook_would_ask(setup_py, wanted):
+    assert setup_requires(setup_py) == wanted
 
 
 @pytest.mark.parametrize(
