@@ -988,6 +988,8 @@ def cache_ls(
             "reason": e.reason,
             "key": e.key,
             "builder": e.builder,  # one commit built by two builders is two entries
+            # a pypto built with another runtime than it pins: path -> that simpler commit
+            "inputs": dict(e.inputs),
         }
         for e in entries
     ]
@@ -997,9 +999,10 @@ def cache_ls(
     for row in rows:
         state = "wheel " if row["ok"] else "FAILED"
         builder = (row["builder"] or "").removeprefix("sha256:")[:12] or "-"
+        built_with = "".join(f" (with {p} {sha[:12]})" for p, sha in row["inputs"].items())
         OUT.print(
             f"{row['package']:8} {row['commit'][:12]} {state} {row['size'] / 1e6:8.2f} MB "
-            f"{row['last_used'][:19]} builder {builder:12} {row['reason']}"
+            f"{row['last_used'][:19]} builder {builder:12} {row['reason']}{built_with}"
         )
     size = sum(r["size"] for r in rows) / 1e6
     OUT.print(f"{counted(len(rows), 'entry', 'entries')}, {size:.2f} MB in {cache.root}")

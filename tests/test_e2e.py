@@ -170,7 +170,7 @@ def test_a_bump_to_a_new_simpler_api_is_bisected_with_its_own_code(sample_factor
 
 
 def test_a_pypto_whose_build_reads_the_runtime_is_built_with_each_simpler_state(
-    sample_factory, bisect, tmp_path
+    sample_factory, bisect, tmp_path, shared_cache
 ):
     sample = sample_factory(IN_HEADER)
 
@@ -186,6 +186,13 @@ def test_a_pypto_whose_build_reads_the_runtime_is_built_with_each_simpler_state(
     inside = [a for a in ledger["attempts"] if a["level"] == "simpler"]
     wheels = {a["simpler_sha"]: a["wheel_digests"]["pypto"] for a in inside}
     assert len(wheels) >= 2 and len(set(wheels.values())) == len(wheels), wheels
+    listed = cli("cache", "ls", "--cache-dir", str(shared_cache), "--json").json()
+    built_with = {
+        row["inputs"]["runtime"]
+        for row in listed
+        if row["package"] == "pypto" and row["commit"] == sample.pypto_shas[4] and row["inputs"]
+    }
+    assert set(wheels) - {sample.gitlink(4)} <= built_with, (wheels, built_with)
 
 
 def test_a_commit_whose_build_tools_nothing_supplies_can_be_skipped(sample_factory, bisect):
