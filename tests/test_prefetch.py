@@ -17,7 +17,7 @@ import pytest
 
 from runner.attempts import DockerTester, RunSettings, _stopping
 from runner.devices import Passthrough
-from runner.errors import BuildTimedOut
+from runner.errors import BadInput, BuildTimedOut
 from runner.execute import LABEL
 from runner.executor import DeviceFault, LocalExecutor, Slot
 from runner.history import History
@@ -224,3 +224,22 @@ def test_pypto_is_built_with_the_tested_runtime_only_where_its_build_reads_one(
     assert inputs(bump, None) == {}
     assert inputs(sample.pypto_shas[1], other) == {}  # its build reads no runtime
     assert inputs(early, other) == {}  # it names the runtime, but has no submodule there
+
+
+def test_the_progress_phase_names_the_builds_a_test_waits_for(guessing: Guessing) -> None:
+    """Both wheels when both build side by side; only pypto's when simpler's is built already
+    (the phase used to name the last job submitted, a cached pypto while simpler built)."""
+    tester, pairs = guessing.tester, guessing.pairs
+    phases: list[str] = []
+    tester.phase = phases.append
+    (first, pin), (second, same) = pairs[0], pairs[1]
+    assert pin == same  # two pypto commits of one bump
+
+    with pytest.raises(BadInput, match=r"x\.py"):  # the fixture's example: only builds matter
+        tester.test("pypto", first, pin)
+    assert f"build simpler {pin[:12]} and pypto {first[:12]}" in phases, phases
+    phases.clear()
+    with pytest.raises(BadInput, match=r"x\.py"):
+        tester.test("pypto", second, same)
+    builds = [p for p in phases if p.startswith("build ")]
+    assert builds == [f"build pypto {second[:12]}"], phases
