@@ -714,7 +714,8 @@ def build_markdown(
     """The human report; `data` is `build_json`'s result for the same inputs."""
     lines = ["# Precision bisect report", "", _headline(outcome, facts), ""]
     code = outcome.exit_code if outcome.finished else "none yet (not finished)"
-    lines += [f"- regression source: **{outcome.source}**", f"- exit code: {code}"]
+    source = f"**{outcome.source}**" if outcome.finished else "not known yet (not finished)"
+    lines += [f"- regression source: {source}", f"- exit code: {code}"]
     inputs = doc.inputs
     lines += [
         f"- range: `{inputs.good[:12]}` (good) .. `{inputs.bad[:12]}` (bad)",

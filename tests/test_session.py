@@ -1122,6 +1122,20 @@ def replay_only(sample: Sample, attempts: list[Attempt], **options) -> Outcome:
     ).run()
 
 
+def test_a_report_of_an_unfinished_bisect_names_no_source_yet(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    _, tester = bisect(sample)
+    unfinished = replay_only(sample, tester.attempts[:3])
+    assert not unfinished.finished
+    doc = ledger_of(sample, tester)
+
+    markdown = build_markdown(
+        doc, unfinished, ReportFacts(), build_json(doc, unfinished, ReportFacts())
+    )
+    assert "- regression source: not known yet (not finished)\n" in markdown
+    assert "inconclusive" not in markdown.split("## ")[0], markdown.split("## ")[0]
+
+
 def test_limits_on_the_figures_rejudge_the_ledger_and_move_the_culprit(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),)))
     loose = Tolerance(max_abs_diff=0.001)
