@@ -18,7 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from runner.execute import LABEL, OWNER_LABEL
+from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL
 from runner.sample.histories import SampleSpec, git, make_sample
 from tests.fixtures.cli import BASE_IMAGE, cli, rebuilt, run_args
 from tests.fixtures.samples import SMALL, checkout_state
@@ -582,8 +582,12 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     sample_factory, tmp_path, docker_client, presses
 ):
     """Twice: the second Ctrl-C lands while the run removes its containers. Thrice: the run
-    ends at once, says so, and `cleanup` removes what it left."""
-    sample = sample_factory(PYPTO_REGRESSION)
+    ends at once, says so, and `cleanup` removes what it left.
+
+    The presses come while an example of the run is under way (it waits 3 s), so that removing
+    its container outlasts them: on an idle machine a run between containers cleaned up before
+    the third press arrived."""
+    sample = sample_factory(dataclasses.replace(PYPTO_REGRESSION, example_seconds=3.0))
     workdir = tmp_path / "work"
     args = [
         sys.executable,
@@ -593,11 +597,17 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
         "--json",
     ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    owner = f"{socket.gethostname()}:{process.pid}"
     deadline = time.monotonic() + 600
-    while not _attempts(workdir) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         assert process.poll() is None, "the run ended before it could be interrupted"
-        time.sleep(0.2)
-    time.sleep(1.0)
+        running = docker_client.containers.list(
+            filters={"label": f"{OWNER_LABEL}={owner}", "status": "running"}, ignore_removed=True
+        )
+        if _attempts(workdir) and any(c.labels.get(KIND_LABEL) == "example" for c in running):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     for _ in range(presses - 1):
         time.sleep(0.05)
@@ -607,7 +617,6 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert _attempts(workdir), "the ledger lost what it held"
-    owner = f"{socket.gethostname()}:{process.pid}"
     if presses == 3:
         assert "interrupted at once: containers of this run may be left" in stderr, stderr
         cleaned = cli("cleanup")
