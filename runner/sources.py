@@ -292,6 +292,18 @@ class SourceExporter:
 
         `submodule`: read from the submodule at that path (as of superproject commit `at`).
         """
+        texts, when = self.read_files(commit, (filename,), submodule=submodule, at=at)
+        return texts[filename], when
+
+    def read_files(
+        self,
+        commit: str,
+        filenames: Sequence[str],
+        *,
+        submodule: str | None = None,
+        at: str | None = None,
+    ) -> tuple[dict[str, str | None], datetime]:
+        """`read` of several files of one commit, which is resolved and dated once."""
         if submodule is None:
             repo = self._top
             self._ensure_mirror(repo)
@@ -302,9 +314,13 @@ class SourceExporter:
             repo = self._repo_for_path(path, at_sha)
             sha = self._resolve_in_mirror(repo, commit)
         self._require_commit(repo, sha)
-        shown = self._mirror_git(repo, "cat-file", "blob", f"{sha}:{filename}")
-        text = shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
-        return text, self._commit_date(repo, sha)
+        texts: dict[str, str | None] = {}
+        for filename in filenames:
+            shown = self._mirror_git(repo, "cat-file", "blob", f"{sha}:{filename}")
+            texts[filename] = (
+                shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
+            )
+        return texts, self._commit_date(repo, sha)
 
     def submodule_git_dir(self, path: str) -> Path:
         """A git dir (the tool's mirror) that sees every local object of the submodule at `path`.

@@ -42,11 +42,10 @@ class Toolchains:
     def resolution(self, package: str, commit: str, at: str | None = None) -> Resolution:
         """`at`: the pypto commit whose runtime submodule holds a simpler `commit`."""
         where = {"submodule": self.path, "at": at} if package == "simpler" else {}
-        pyproject, when = self.exporter.read(commit, "pyproject.toml", **where)
-        files = {
-            name: self.exporter.read(commit, name, **where)[0]
-            for name in ("CMakeLists.txt", "setup.py")
-        }
+        files, when = self.exporter.read_files(
+            commit, ("pyproject.toml", "CMakeLists.txt", "setup.py"), **where
+        )
+        pyproject = files.pop("pyproject.toml")
         return self.provisioner.resolve(package, commit, pyproject, when, files)
 
     def _require_project(self, sha: str | None, at: str) -> None:
