@@ -164,6 +164,13 @@ def _merged(merged: Merged | None) -> dict[str, Any] | None:
     }
 
 
+def _merge_note(merged: Merged | None) -> str:
+    """The headline's word on a merge culprit (nothing for another commit)."""
+    if merged is None:
+        return ""
+    return f", a merge of {counted(len(merged.commits), 'commit')} listed below"
+
+
 def _merge_block(merged: Merged) -> list[str]:
     """A merge culprit's commits: the first-parent bisect never looks inside them."""
     commits = merged.commits
@@ -652,9 +659,7 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     info = facts.commits.get(culprit)
     if info is not None:
         line += f" ({info.subject})"
-    merged = _merge_culprit(outcome, facts)
-    if merged is not None:
-        line += f", a merge of {counted(len(merged.commits), 'commit')} listed below"
+    line += _merge_note(_merge_culprit(outcome, facts))
     if outcome.source == "simpler" and outcome.simpler is not None:
         blamed = outcome.simpler_culprit
         if blamed is not None:
@@ -662,9 +667,7 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             sinfo = facts.commits.get(blamed)
             if sinfo is not None:
                 line += f" ({sinfo.subject})"
-            if facts.simpler_merged is not None:
-                brought = counted(len(facts.simpler_merged.commits), "commit")
-                line += f", a merge of {brought} listed below"
+            line += _merge_note(facts.simpler_merged)
             if outcome.split is not None and outcome.split.carrier == "both":
                 line += "; pypto's own code change in it regresses too (both halves fail alone)"
             if outcome.simpler.found is not None and blamed != outcome.simpler.first_bad:
