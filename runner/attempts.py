@@ -67,6 +67,7 @@ class RunSettings:
     ptoas_root: Path | None = None
     pto_isa_root: Path | None = None
     cpus: float | None = None
+    memory: str | None = None
     timeout: float | None = None
     patterns: VerdictPatterns = field(default_factory=VerdictPatterns)
 
@@ -739,6 +740,7 @@ class DockerTester:
                 ptoas_root=self.run.ptoas_root,
                 pto_isa_root=self.run.pto_isa_root,
                 cpus=self.run.cpus,
+                memory=self.run.memory,
                 timeout=self.run.timeout,
             ),
         )
@@ -831,6 +833,8 @@ class DockerTester:
                 timed_out=result.timed_out,
                 oom_killed=result.oom_killed,
             )
+            if result.oom_killed and self.run.memory:
+                fault = f"ran out of memory under its {self.run.memory} limit (--memory)"
             if fault is not None:
                 raise DeviceFault(
                     f"the example run of {pypto[:12]} on device {report.slot.device} {fault}; "

@@ -153,6 +153,7 @@ def export_attempt(
                 ptoas_root=run.ptoas_root,
                 pto_isa_root=run.pto_isa_root,
                 cpus=run.cpus,
+                memory=run.memory,
                 timeout=run.timeout,
                 owner=_PLACEHOLDER_OWNER,
             )

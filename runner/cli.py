@@ -441,6 +441,12 @@ def run(
     cpus: Annotated[
         float | None, typer.Option(metavar="CPUS", help="CPU limit per container.")
     ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SIZE", help="Memory limit per build and example container (8g, 512m)."
+        ),
+    ] = None,
     extra_arg: Annotated[
         list[str] | None,
         typer.Option(metavar="ARG", help="Extra argument for the example (repeatable)."),
@@ -542,6 +548,7 @@ def run(
         "ascend_home_path": ascend_home_path,
         "python": python,
         "cpus": cpus,
+        "memory": memory,
         "extra_args": extra_arg or None,
         "verdict": {k: v for k, v in verdict.items() if v} or None,
         "verify": verify,

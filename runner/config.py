@@ -87,6 +87,17 @@ FLAG_NAMES = {
 """Flags whose name is not the setting's name with dashes (lists take one item per flag)."""
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)b?$")
+MIN_MEMORY = 6 * 2**20
+"""Docker refuses a container limited to less memory than this."""
+
+
+def memory_bytes(value: str) -> int:
+    """Bytes in a memory size as Docker's --memory takes it: 8g, 512m, 1.5g, 1048576."""
+    found = _MEMORY.match(value.strip().lower())
+    if not found:
+        raise ValueError(f"memory {value!r} is not a size such as 8g or 512m")
+    return int(float(found[1]) * 1024 ** "bkmg".index(found[2] or "b"))
 
 
 class VerdictConfig(BaseModel):
@@ -354,6 +365,11 @@ class Settings(BaseSettings):
     )
     python: str = Field(default="python3", description="Python in the image.")
     cpus: float | None = Field(default=None, description="CPU limit per container.")
+    memory: str | None = Field(
+        default=None,
+        description="Memory limit per build and example container, as Docker writes it (8g, "
+        "512m); one that runs out is an infrastructure fault, never a verdict.",
+    )
     verify: bool = Field(default=True, description="Check that good is good and bad is bad first.")
     confidence: float = Field(
         default=0.95,
@@ -467,6 +483,16 @@ class Settings(BaseSettings):
     def _cpus(cls, value: float | None) -> float | None:
         if value is not None and value <= 0:
             raise ValueError("cpus must be a positive number of CPUs")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().lower()
+        if memory_bytes(value) < MIN_MEMORY:
+            raise ValueError(f"memory {value!r} is below Docker's minimum of 6m")
         return value
 
     @field_validator("infra_retries")

@@ -282,6 +282,7 @@ class ExampleRun:
     ptoas_root: Path | None = None  # mounted read-only at the same path, PTOAS_ROOT set
     pto_isa_root: Path | None = None  # mounted read-only at the same path, PTO_ISA_ROOT set
     cpus: float | None = None
+    memory: str | None = None  # Docker's --memory: "8g"
     timeout: float | None = None
     # uid:gid that gets the artifacts; None = this process, so a non-root user can delete them
     owner: tuple[int, int] | None = None
@@ -339,6 +340,7 @@ def example_container(run: ExampleRun) -> ContainerSpec:
         network=False,
         working_dir=RUN_MOUNT,
         cpus=run.cpus,
+        mem_limit=run.memory,
         labels={KIND_LABEL: "example"},
     )
 

@@ -17,7 +17,7 @@ import docker.errors
 
 from runner import __version__
 from runner.builders import PackageSources, Provisioner
-from runner.config import Settings
+from runner.config import Settings, memory_bytes
 from runner.devices import Passthrough, is_simulator, parse_device_map, passthrough
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import connect
@@ -97,16 +97,27 @@ def _unused_settings(settings: Settings) -> list[str]:
     return unused
 
 
-def _fits_the_engine(client: docker.DockerClient, cpus: float, given_as: str = "--cpus") -> None:
-    """The engine refuses a container with more CPUs than its host has: say so before the
-    first build, not as three infrastructure failures."""
+def _fits_the_engine(client: docker.DockerClient, settings: Settings) -> None:
+    """The engine refuses a container with more CPUs than its host has, and one limited to more
+    memory than it has can never be held to its limit: say so before the first build, not as
+    three infrastructure failures."""
+    if settings.cpus is None and settings.memory is None:
+        return
     try:
-        available = int(client.info().get("NCPU") or 0)
+        info = client.info()
     except docker.errors.DockerException as exc:
         raise InfrastructureError(f"the Docker Engine did not answer `docker info`: {exc}") from exc
-    if available and cpus > available:
+    available = int(info.get("NCPU") or 0)
+    if settings.cpus is not None and available and settings.cpus > available:
         raise BadInput(
-            f"{given_as} {cpus:g} is more than the {available} CPUs of the Docker Engine's host"
+            f"{settings.given_as('cpus')} {settings.cpus:g} is more than the {available} CPUs "
+            "of the Docker Engine's host"
+        )
+    total = int(info.get("MemTotal") or 0)
+    if settings.memory is not None and total and memory_bytes(settings.memory) > total:
+        raise BadInput(
+            f"{settings.given_as('memory')} {settings.memory} is more than the "
+            f"{total / 2**30:.1f} GiB of memory of the Docker Engine's host"
         )
 
 
@@ -346,8 +357,8 @@ def prepare(settings: Settings) -> Prepared:
         slots = device_slots(settings)
     client = connect()
     image_id = base_image_id(client, settings.base_image)
-    if settings.cpus is not None and settings.executor != "ray":
-        _fits_the_engine(client, settings.cpus, settings.given_as("cpus"))
+    if settings.executor != "ray":
+        _fits_the_engine(client, settings)
     try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -78,7 +78,7 @@ Echo = Callable[[str], None]
 
 @dataclass(frozen=True)
 class BuildSettings:
-    """How wheels are built; everything except cpus and timeout is part of the cache key."""
+    """How wheels are built; everything except cpus, memory and timeout is part of the cache key."""
 
     base_image: str
     base_image_id: str
@@ -90,6 +90,7 @@ class BuildSettings:
     # Mounted inputs by content (pto-isa's tree digest), so an updated pto-isa is a new key.
     content: Mapping[str, str] = field(default_factory=dict)
     cpus: float | None = None
+    memory: str | None = None  # Docker's --memory: "8g"
     timeout: float | None = 3600
 
     def __post_init__(self) -> None:
@@ -704,7 +705,7 @@ def builder_spec(
         working_dir=None,
         cpus=settings.cpus,
         cpu_shares=SPECULATIVE_SHARES if speculative else None,
-        mem_limit=None,
+        mem_limit=settings.memory,
         labels={
             LABEL: "1",
             KIND_LABEL: "wheel-build",
@@ -857,6 +858,8 @@ def _build(
             why = f"timed out after {settings.timeout:g}s"
         elif out_of_space:
             why = "ran out of disk space"
+        elif result.oom_killed and settings.memory:
+            why = f"ran out of memory under its {settings.memory} limit (--memory)"
         else:
             why = "was killed (out of memory?)"
         text = f"the {package} build of {commit[:12]} {why}; not a verdict (log: {kept_log})"

@@ -114,6 +114,7 @@ def build_settings(
         omitted=tuple(settings.omit_submodules),
         content=dict(content or {}),
         cpus=settings.cpus,
+        memory=settings.memory,
         timeout=settings.build_timeout,
     )
 
@@ -138,6 +139,7 @@ def run_settings(prepared: Prepared) -> RunSettings:
         if settings.pto_isa_root
         else None,
         cpus=settings.cpus,
+        memory=settings.memory,
         timeout=settings.timeout,
         patterns=prepared.patterns,
     )

@@ -488,6 +488,22 @@ def test_more_cpus_than_the_engine_has_is_bad_input_before_any_build(sample, tmp
     assert not (tmp_path / "cache" / "wheels").exists()
 
 
+@pytest.mark.docker
+def test_more_memory_than_the_engine_has_is_bad_input_before_any_build(sample, tmp_path):
+    result = cli(*args_with(sample, tmp_path), "--memory", "4096g")
+    assert_one_line_error(result, 2, "--memory 4096g is more than the")
+    assert not (tmp_path / "cache" / "wheels").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("lots", "is not a size such as 8g or 512m"), ("1m", "below Docker's minimum of 6m")],
+)
+def test_a_memory_limit_docker_cannot_take_is_a_one_line_error(sample, tmp_path, value, fragment):
+    result = cli(*args_with(sample, tmp_path), "--memory", value)
+    assert_one_line_error(result, 2, fragment)
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [

@@ -160,6 +160,7 @@ ROWS: dict[str, tuple[str, str, object]] = {
     "extra_args": ('["--n", "4"]', 'extra_args = ["--n", "4"]', ["--n", "4"]),
     "python": ("python3.12", 'python = "python3.12"', "python3.12"),
     "cpus": ("1.5", "cpus = 1.5", 1.5),
+    "memory": ("8G", 'memory = "8g"', "8g"),
     "cards_per_test": ("2", "cards_per_test = 2", 2),
     "build_jobs": ("3", "build_jobs = 3", 3),
     "prefetch": ("false", "prefetch = false", False),

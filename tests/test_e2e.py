@@ -858,6 +858,31 @@ def test_status_of_a_simpler_level_left_with_candidates_says_it_is_inconclusive(
     )
 
 
+def test_an_example_over_the_memory_limit_stops_the_run_without_a_verdict(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    """--memory caps the example's container: running out is an infrastructure fault, named
+    with the limit, never a verdict; a higher limit resumes the same session."""
+    sample = sample_factory(PYPTO_REGRESSION)
+    workdir = tmp_path / "work"
+    args = run_args(sample, workdir, shared_cache, "--run-env", "SAMPLE_HOLD_MIB=768")
+
+    stopped = cli(*args, "--memory", "256m", "--infra-retries", "1")
+
+    assert stopped.returncode == 4, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    good = sample.pypto_shas[0][:12]
+    assert f"the example run of {good} on device 0 ran out of memory under its 256m" in last, last
+    assert "not a verdict" in last
+    assert json.loads((workdir / "ledger.json").read_text())["attempts"] == []
+    assert "ran out of memory" in (workdir / "infrastructure.log").read_text()
+
+    resumed = cli(*args, "--memory", "2g", "--json")
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
+
+
 def test_a_build_that_hangs_stops_with_what_to_do_and_skip_takes_it_out(
     shared_cache: Path, tmp_path: Path
 ) -> None:

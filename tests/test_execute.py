@@ -467,6 +467,7 @@ def test_an_example_container_is_isolated_and_laid_out_for_the_example(tmp_path)
         environment={"PTO2_RING_HEAP": "1073741824", "PYTHONPATH": "/opt/extra"},
         ptoas_root=ptoas,
         cpus=2.0,
+        memory="8g",
         owner=(1000, 1001),
     )
 
@@ -494,6 +495,7 @@ def test_an_example_container_is_isolated_and_laid_out_for_the_example(tmp_path)
     assert spec.devices == ["/dev/null:/dev/davinci0:rwm"]
     assert spec.working_dir == RUN_MOUNT
     assert spec.cpus == 2.0
+    assert spec.mem_limit == "8g"
     assert not spec.network
     assert not spec.privileged
 

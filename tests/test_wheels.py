@@ -517,12 +517,12 @@ def test_only_the_systems_words_for_a_full_disk_make_a_build_an_infrastructure_f
     )
 
 
-def test_the_key_ignores_cpus_and_timeout_but_not_the_environment() -> None:
+def test_the_key_ignores_cpus_memory_and_timeout_but_not_the_environment() -> None:
     settings = BuildSettings(base_image="base:tag", base_image_id="sha256:" + "1" * 64)
     cache = WheelCache(Path("/nonexistent"))
     key = cache.key("pypto", "a" * 40, settings)
 
-    assert cache.key("pypto", "a" * 40, replace(settings, cpus=2.0, timeout=5)) == key
+    assert cache.key("pypto", "a" * 40, replace(settings, cpus=2.0, memory="4g", timeout=5)) == key
     assert cache.key("pypto", "a" * 40, replace(settings, base_image="other:tag")) == key
     for changed in (
         replace(settings, environment={"PTO_ISA_ROOT": "/opt/pto-isa"}),
@@ -585,6 +585,27 @@ def test_a_compiler_the_oom_killer_took_is_infrastructure_not_a_cached_failure(
         )
 
     assert cache.lookup("pypto", "8" * 40, starved) is None
+    assert cache.entries() == []
+
+
+@pytest.mark.docker
+def test_a_build_over_its_memory_limit_is_infrastructure_and_the_limit_is_named(
+    docker_client: docker.DockerClient,
+    cache: WheelCache,
+    settings: BuildSettings,
+    ccache_dir: Path,
+) -> None:
+    hungry = replace(
+        settings,
+        command="python3 -c 'blocks = [bytearray(1 << 20) for _ in range(512)]'",
+        memory="64m",
+    )
+
+    with pytest.raises(InfrastructureError, match="under its 64m limit \\(--memory\\)"):
+        build_wheel(
+            docker_client, cache, "pypto", "7" * 40, simpler_source(), hungry, ccache_dir=ccache_dir
+        )
+
     assert cache.entries() == []
 
 

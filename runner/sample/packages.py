@@ -542,9 +542,13 @@ def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
             check_device(args.platform, args.device)
             # SAMPLE_RUN_SECONDS: how long the example computes (a run a test can interrupt).
             time.sleep(float(os.environ.get("SAMPLE_RUN_SECONDS") or 0))
+            # SAMPLE_HOLD_MIB: memory the example holds while it computes (an OOM kill a test can
+            # cause under --memory).
+            held = [bytearray(1 << 20) for _ in range(int(os.environ.get("SAMPLE_HOLD_MIB") or 0))]
             emit_generated_code("DecodeFwd")
             # device-wait
             out = pypto.mean(VALUES)
+            del held
             diff = abs(out - GOLDEN)
             tol = ATOL + RTOL * abs(GOLDEN)
             passed = diff <= tol and not host_drifted()
