@@ -86,6 +86,8 @@ FLAG_NAMES = {
 }
 """Flags whose name is not the setting's name with dashes (lists take one item per flag)."""
 
+MAX_BUILD_JOBS = 256
+"""More wheel builds at once than any host runs; each has a worker thread or two waiting."""
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)b?$")
 MIN_MEMORY = 6 * 2**20
@@ -272,6 +274,7 @@ class Settings(BaseSettings):
     build_jobs: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_BUILD_JOBS,
         description="Wheel builds at once, speculative ones included [from the cores and memory].",
     )
     prefetch: bool = Field(

@@ -339,6 +339,8 @@ def test_shell_completion_is_on():
         (["--build-pin", "{nope"], "--build-pin '{nope}'"[:13]),
         (["--build-pin", '{"requirements": []}'], "--build-pin (build_pins.0.requirements)"),
         (["--infra-retries", "0"], "--infra-retries: infra_retries must be 1 or more"),
+        (["--build-jobs", "99999999999999999999"], "--build-jobs: Input should be less than"),
+        (["--build-jobs", "0"], "--build-jobs: Input should be greater than"),
     ],
 )
 def test_malformed_new_flags_are_one_line(tmp_path, args, fragment):
