@@ -545,6 +545,15 @@ class Session:
         if reused:
             self.events.note(f"{counted(reused, f'{result.level} verdict')} reused from the ledger")
 
+    def _ends_due(self, result: LevelResult) -> int:
+        """The first level's endpoint checks not run yet: the step estimate counts the steps
+        that narrow the range, and these narrow nothing (without them the estimate grew by one
+        with each)."""
+        if result.level != "pypto" or not self.verify or result.done:
+            return 0
+        ends = (0, len(result.candidates) - 1)
+        return sum(1 for i in ends if not result.observations.get(i))
+
     def _step(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int
     ) -> Attempt:
@@ -563,7 +572,7 @@ class Session:
             self.events.step_started(
                 result.level,
                 result.tests,
-                result.steps_left,
+                result.steps_left + self._ends_due(result),
                 pypto,
                 simpler,
                 self.subject(pypto, simpler, result.level),

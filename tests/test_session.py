@@ -982,6 +982,29 @@ class Notes(QuietEvents):
         self.notes.append(text)
 
 
+class Steps(QuietEvents):
+    def __init__(self) -> None:
+        self.totals: list[tuple[Level, int]] = []
+
+    def step_started(
+        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
+    ) -> None:
+        self.totals.append((level, done + left))
+
+
+def test_the_step_estimate_counts_the_endpoint_checks_from_the_first_step(sample_factory):
+    """A deterministic pypto regression: the estimate shown at the first step ("1/~N") is what
+    the endpoints and plain bisection take, and it does not grow while the endpoints run."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
+    events = Steps()
+
+    bisect(sample, events=events)
+
+    pypto = [total for level, total in events.totals if level == "pypto"]
+    assert pypto[0] == 2 + math.ceil(math.log2(len(sample.pypto_shas) - 1))
+    assert pypto[:3] == [pypto[0]] * 3, pypto
+
+
 def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_factory):
     sample = sample_factory(stretch_spec(2))
     _, first_run = bisect(sample)
