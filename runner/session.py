@@ -1294,7 +1294,16 @@ class Session:
         at_state: Mapping[int, int],
     ) -> None:
         """Each level's view of the joint chain: its runs, tests and posterior (none with fixed
-        repeats, which judge by their policy, not by a model)."""
+        repeats, which judge by their policy, not by a model).
+
+        The chain records its runs of pypto commits with their own pointers as simpler-stage
+        attempts; they are runs of the first level's pairs all the same, so its counts (the
+        report's, `status`'s) take every run of each pair, whichever stage recorded it."""
+        for index, commit in enumerate(first.candidates):
+            seen = self._recorded("simpler", commit, self.gitlink(commit), used=False)
+            if len(seen) > len(first.observations.get(index, [])):
+                first.observations[index] = [self.verdict(a) for a in seen]
+                first.runs[index] = [a.run_id for a in seen]
         if second is None:
             first.tests += chain.tests
             first.rounds += chain.rounds

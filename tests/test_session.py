@@ -982,6 +982,26 @@ class Notes(QuietEvents):
         self.notes.append(text)
 
 
+def test_the_first_level_counts_every_run_of_its_pairs_whichever_stage_recorded_it(
+    sample_factory,
+):
+    """The joint chain records its runs of pypto commits at their own pointers as simpler-stage
+    attempts; the first level's counts (the report's pass/fail table, `status`) take them too."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4), (6, 5)), simpler_regression_at=4))
+    history = History(sample.pypto)
+    elsewhere = 0
+    for seed in range(6):
+        outcome, tester = bisect(sample, tester=SpecTester(sample, 0.15, 0.15, seed=seed))
+        first = outcome.pypto
+        for index, commit in enumerate(first.candidates):
+            pair = (commit, history.gitlink(commit, "runtime"))
+            runs = [a for a in tester.lookup(*pair) if a.level != "drift"]
+            elsewhere += sum(a.level != "pypto" for a in runs)
+            assert len(first.observations.get(index, [])) == len(runs), (seed, index)
+            assert first.runs.get(index, []) == [a.run_id for a in runs], (seed, index)
+    assert elsewhere, "no seed ran a first-level pair inside the joint chain"
+
+
 class Steps(QuietEvents):
     def __init__(self) -> None:
         self.totals: list[tuple[Level, int]] = []
