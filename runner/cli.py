@@ -900,12 +900,13 @@ def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOp
         path = ledger_path(_workdir(workdir, config).resolve())
         document = Ledger.read(path if session is None else earlier_session(path, session))
     subjects: dict[str, str] = {}
+    pins: dict[str, str | None] | None = None
     with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone still replay
         tested = {a.pypto_sha for a in document.attempts}
-        subjects = History(Path(document.inputs.pypto_repo)).subjects(
-            tested | {document.inputs.good, document.inputs.bad}
-        )
-    OUT.print(to_git_bisect_log(document, subjects), markup=False, end="")
+        history = History(Path(document.inputs.pypto_repo))
+        subjects = history.subjects(tested | {document.inputs.good, document.inputs.bad})
+        pins = {sha: history.gitlink(sha, document.inputs.submodule_path) for sha in tested}
+    OUT.print(to_git_bisect_log(document, subjects, pins=pins), markup=False, end="")
 
 
 @app.command()

@@ -113,7 +113,9 @@ def gather_facts(
     subjects.update({sha: info.subject for sha, info in commits.items()})
     facts.subjects = subjects
     facts.infrastructure = _infrastructure_faults(workdir / INFRASTRUCTURE_LOG, doc.created_at)
-    facts.bisect_log = to_git_bisect_log(doc, subjects)
+    tested = {a.pypto_sha for a in doc.attempts}
+    pins = {sha: history.gitlink(sha, path) for sha in tested}
+    facts.bisect_log = to_git_bisect_log(doc, subjects, pins=pins)
     return facts
 
 

@@ -497,26 +497,38 @@ class Ledger:
 
 
 def to_git_bisect_log(
-    doc: LedgerDocument, subjects: Mapping[str, str] | None = None, *, first_parent: bool = True
+    doc: LedgerDocument,
+    subjects: Mapping[str, str] | None = None,
+    *,
+    pins: Mapping[str, str | None] | None = None,
+    first_parent: bool = True,
 ) -> str:
     """A ``git bisect log`` of the pypto-level attempts, for ``git bisect replay``.
 
     The pypto level searches the first-parent chain, so the log starts with ``--first-parent``:
     without it git would also offer the commits of merged branches, and replay another search.
 
-    Each commit appears once, with its latest verdict (as :meth:`Ledger.find` would reuse it), at
-    the place that verdict was recorded: git keeps only one bad ref but a good ref per commit, so
-    replaying both verdicts of a flaky commit would leave it good and bad at once. The endpoints
-    come from ``git bisect start``; attempts on them (endpoint checks) add nothing for git.
+    ``pins`` (commit -> its runtime pointer): the runs of a commit at its own pointer that a
+    later stage recorded (the joint descent re-runs them) count too; without it, the pypto
+    stage's alone.
+
+    Each commit appears once, at the place of its latest run, with the verdict most of its runs
+    gave (the latest one's on a tie): git keeps only one bad ref but a good ref per commit, so
+    replaying both verdicts of a flaky commit would leave it good and bad at once. A commit whose
+    runs disagree gets a comment with the counts. The endpoints come from ``git bisect start``;
+    attempts on them (endpoint checks) add nothing for git.
     """
     subjects = subjects or {}
     good, bad = doc.inputs.good, doc.inputs.bad
-    latest: dict[str, Attempt] = {}
+    runs: dict[str, list[Attempt]] = {}
     for attempt in doc.attempts:
-        if attempt.level != "pypto" or attempt.pypto_sha in (good, bad):
+        sha = attempt.pypto_sha
+        own = pins is not None and sha in pins and attempt.simpler_sha == pins[sha]
+        if sha in (good, bad) or not (
+            attempt.level == "pypto" or (own and attempt.level != "drift")
+        ):
             continue
-        latest.pop(attempt.pypto_sha, None)
-        latest[attempt.pypto_sha] = attempt
+        runs[sha] = [*runs.pop(sha, []), attempt]
 
     def comment(term: str, sha: str) -> str:
         subject = subjects.get(sha, "").splitlines()
@@ -528,8 +540,16 @@ def to_git_bisect_log(
         comment("good", good),
         f"git bisect start {option}'{bad}' '{good}'",
     ]
-    for sha, attempt in latest.items():
-        term = attempt.verdict.value
+    for sha, seen in runs.items():
+        passes = sum(a.verdict is Verdict.GOOD for a in seen)
+        fails = sum(a.verdict is Verdict.BAD for a in seen)
+        judged = [a.verdict for a in seen if a.verdict is not Verdict.SKIP]
+        term = Verdict.SKIP.value
+        if judged:
+            term = (judged[-1] if passes == fails else max(judged, key=judged.count)).value
+        if passes and fails:
+            why = "the latest one's" if passes == fails else "most of them"
+            lines.append(f"# {passes} passing and {fails} failing runs: {term}, as {why}")
         lines += [comment(term, sha), f"git bisect {term} {sha}"]
     return "\n".join(lines) + "\n"
 

@@ -624,9 +624,12 @@ def history(tmp_path: Path) -> LinearHistory:
     return repo
 
 
-def replay(history: LinearHistory, doc: LedgerDocument) -> subprocess.CompletedProcess[str]:
+def replay(
+    history: LinearHistory, doc: LedgerDocument, pins: dict[str, str | None] | None = None
+) -> subprocess.CompletedProcess[str]:
     log = history.path.parent / "bisect.log"
-    log.write_text(to_git_bisect_log(doc, history.subjects))
+    log.write_text(to_git_bisect_log(doc, history.subjects, pins=pins))
+    history.git("bisect", "reset", check=False)
     return history.git("bisect", "replay", str(log), check=False)
 
 
@@ -681,6 +684,39 @@ def test_a_flaky_commit_is_replayed_with_its_latest_verdict(history: LinearHisto
     result = replay(history, doc)
     assert result.returncode == 0, result.stderr
     assert f"{c[5]} is the first bad commit" in result.stdout
+
+
+def test_a_commit_is_replayed_with_what_most_runs_at_its_own_pointer_said_at_any_stage(
+    history: LinearHistory,
+) -> None:
+    """The joint descent re-runs pypto commits at their own pointers and records them at the
+    simpler stage: they count, by majority; runs of the commit with another pointer do not."""
+    c, own = history.shas, sha("own pointer")
+    doc = bisect_document(
+        history,
+        [
+            make_attempt("r1", c[3], own, verdict=Verdict.GOOD),
+            make_attempt("r2", c[5], own, verdict=Verdict.BAD),
+            make_attempt("r3", c[4], own, verdict=Verdict.GOOD),  # the lie that steered
+            make_attempt("s1", c[4], own, verdict=Verdict.BAD, level="simpler"),
+            *(
+                make_attempt(f"o{i}", c[4], sha("other"), verdict=Verdict.GOOD, level="simpler")
+                for i in range(3)
+            ),
+            make_attempt("s2", c[4], own, verdict=Verdict.BAD, level="simpler"),
+            make_attempt("d1", c[3], own, verdict=Verdict.BAD, level="drift"),
+        ],
+    )
+    pins = {commit: own for commit in c}
+
+    log = to_git_bisect_log(doc, pins=pins)
+
+    assert f"# 1 passing and 2 failing runs: bad, as most of them\n# bad: [{c[4]}]" in log
+    assert log.count(c[3]) == 2, "the drift re-run is not a verdict of the bisect"
+    result = replay(history, doc, pins)
+    assert result.returncode == 0, result.stderr
+    assert f"{c[4]} is the first bad commit" in result.stdout
+    assert f"{c[5]} is the first bad commit" in replay(history, doc).stdout, "pypto stage only"
 
 
 def test_an_unfinished_ledger_replays_to_the_same_open_bisect(history: LinearHistory) -> None:
