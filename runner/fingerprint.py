@@ -96,10 +96,19 @@ def changes(attempts: Sequence[Attempt]) -> list[Change]:
     return found
 
 
+# Changes that leave what the tests ran on as it was: their verdicts still compare.
+HARMLESS = frozenset({"base_image_tag"})
+
+
 def describe(change: Change) -> str:
+    consequence = (
+        "the runs on both sides used the same image"
+        if change.key in HARMLESS
+        else "verdicts on either side may not be comparable"
+    )
     return (
         f"{change.meaning}: {change.key} {_short(change.old)} -> {_short(change.new)} between "
-        f"runs {change.before} and {change.after}; verdicts on either side may not be comparable"
+        f"runs {change.before} and {change.after}; {consequence}"
     )
 
 

@@ -36,6 +36,8 @@ def test_a_change_is_placed_between_the_last_old_and_the_first_new_attempt():
     ]
     assert "the base image tag now names another image" in describe(found[0])
     assert "sha256:1 -> sha256:2" in describe(found[0])
+    assert describe(found[0]).endswith("the runs on both sides used the same image")
+    assert describe(found[1]).endswith("verdicts on either side may not be comparable")
     assert changes(runs[:3]) == []
 
 
