@@ -184,6 +184,10 @@ class Tolerance:
             return Verdict.GOOD
         return verdict
 
+    def reads(self, metrics: Mapping[str, MetricValue]) -> bool:
+        """Whether a run's figures include one for any of these limits."""
+        return bool(self._figures(metrics))
+
     def breach(self, metrics: Mapping[str, MetricValue]) -> str | None:
         """The first limit the figures exceed, as "max_abs_diff 0.002 > 0.001"; None when none."""
         for key, value, limit in self._figures(metrics):

@@ -501,7 +501,33 @@ def run_bisect(
         tester.close(cancel=False)  # speculative builds nobody needs now stop here
         wall = ledger.finish_invocation()  # before reading the document: it adds to it
         document = ledger.document.judged(session.tolerance)
+        outcome.notes += limit_notes(document, session.tolerance)
         return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
+
+
+def limit_notes(document: LedgerDocument, tolerance: Tolerance | None) -> list[str]:
+    """What the reports say about --max-* limits: the limits in force, and the failing runs they
+    could not judge because the example printed no figure for any of them (a format the parser
+    does not read, say), whose own FAIL then stands."""
+    if tolerance is None or not tolerance.active:
+        return []
+    limits = {k: v for k, v in tolerance.limits.items() if v is not None}
+    notes = [
+        "verdicts judged by the limits "
+        + ", ".join(f"{k} <= {v:g}" for k, v in limits.items())
+        + " on each run's figures, not by the example's PASS/FAIL"
+    ]
+    blind = [
+        a for a in document.counted() if a.verdict is Verdict.BAD and not tolerance.reads(a.metrics)
+    ]
+    if blind:
+        notes.append(
+            f"{counted(len(blind), 'failing run')} printed no figure for "
+            f"{' or '.join(limits)}, so the limits could not judge them and the example's own "
+            f"FAIL stands (first: {blind[0].run_id}); check that its output prints the mismatch "
+            "figures the reports list"
+        )
+    return notes
 
 
 def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome:
@@ -586,7 +612,11 @@ def replay(
         failure = exc
         commits = history.first_parent_range(inputs.good, inputs.bad)
         outcome = _stopped_at_endpoint(inputs.good, commits, str(endpoint_error(exc)))
-    return Replay(document.judged(session.tolerance), outcome, history, exporter, workdir, failure)
+    judged = document.judged(session.tolerance)
+    if failure is None:
+        notes = limit_notes(judged, session.tolerance)
+        outcome.notes += notes[1:] if rethreshold is not None else notes
+    return Replay(judged, outcome, history, exporter, workdir, failure)
 
 
 def _settings_or_none(workdir: Path, path: Path | None = None) -> Settings | None:

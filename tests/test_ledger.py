@@ -962,3 +962,30 @@ def test_images_layered_ahead_are_kept_once_each_and_older_ledgers_have_none(
     del data["ahead_images"]  # as an earlier version wrote it
     ledger_path.write_text(json.dumps(data))
     assert Ledger.read(ledger_path).ahead_images == []
+
+
+def test_the_reports_name_the_limits_and_the_failures_they_could_not_judge(tmp_path) -> None:
+    from runner.verdict import Tolerance
+    from runner.workflow import limit_notes
+
+    attempts = [
+        make_attempt("001", sha(1), verdict=Verdict.BAD, metrics={"max_abs_diff": 0.01}),
+        make_attempt("002", sha(2), verdict=Verdict.BAD, metrics={"note": "max error 1e-4"}),
+        make_attempt("003", sha(3), verdict=Verdict.BAD, metrics={}),
+        make_attempt("004", sha(4), verdict=Verdict.GOOD, metrics={}),
+    ]
+    doc = LedgerDocument(
+        tool_version="0.1.0", created_at=T0, inputs=make_inputs(tmp_path), attempts=attempts
+    )
+    limits = Tolerance(max_abs_diff=1e-3, max_rel_diff=0.5)
+
+    notes = limit_notes(doc.judged(limits), limits)
+
+    assert notes == [
+        "verdicts judged by the limits max_abs_diff <= 0.001, max_rel_diff <= 0.5 on each run's "
+        "figures, not by the example's PASS/FAIL",
+        "2 failing runs printed no figure for max_abs_diff or max_rel_diff, so the limits could "
+        "not judge them and the example's own FAIL stands (first: 002); check that its output "
+        "prints the mismatch figures the reports list",
+    ]
+    assert limit_notes(doc, Tolerance()) == [] and limit_notes(doc, None) == []
