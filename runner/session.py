@@ -1377,6 +1377,12 @@ class Session:
                     f"the runs inside the bump at {first.candidates[c][:12]} point to another "
                     f"pointer move, {moved[:12]}"
                 )
+            else:
+                outcome.notes.append(
+                    f"simpler was bisected inside the bump at {first.candidates[c][:12]} too; "
+                    f"every run of both levels puts the first bad commit at {moved[:12]}, which "
+                    "moves no pointer"
+                )
             return outcome
         if chain.inconclusive is not None:
             lo, hi = chain.inconclusive

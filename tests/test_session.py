@@ -1002,6 +1002,24 @@ def test_the_first_level_counts_every_run_of_its_pairs_whichever_stage_recorded_
     assert elsewhere, "no seed ran a first-level pair inside the joint chain"
 
 
+def test_a_descent_whose_runs_move_the_boundary_to_a_plain_commit_says_it_looked_inside(
+    sample_factory,
+):
+    """A lie that steers the pypto level into a bump: the simpler runs inside it, with the
+    others, put the culprit back on a pypto commit; the report says the bump was searched."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=3))
+    noted = []
+    for seed in range(10):
+        outcome, _ = bisect(sample, tester=SpecTester(sample, 0.2, 0.2, seed=seed))
+        notes = [n for n in outcome.notes if n.startswith("simpler was bisected inside the bump")]
+        if notes:
+            noted.append(seed)
+            assert outcome.source == "pypto" and outcome.simpler is None
+            assert outcome.pypto.first_bad == sample.pypto_shas[3], seed
+            assert f"puts the first bad commit at {sample.pypto_shas[3][:12]}" in notes[0]
+    assert noted, "no seed steered the search into a bump"
+
+
 class Steps(QuietEvents):
     def __init__(self) -> None:
         self.totals: list[tuple[Level, int]] = []
