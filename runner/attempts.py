@@ -26,6 +26,7 @@ from runner.errors import (
     RETIRED,
     USER_SKIP,
     BuildTimedOut,
+    ExampleStopped,
     InfrastructureError,
     LedgerError,
     SourceUnavailable,
@@ -836,11 +837,14 @@ class DockerTester:
             if result.oom_killed and self.run.memory:
                 fault = f"ran out of memory under its {self.run.memory} limit (--memory)"
             if fault is not None:
-                raise DeviceFault(
+                message = (
                     f"the example run of {pypto[:12]} on device {report.slot.device} {fault}; "
-                    f"not a verdict (log: {result.log_path})",
-                    report.slot,
+                    f"not a verdict (log: {result.log_path})"
                 )
+                if result.timed_out or result.oom_killed or result.exit_code == 137:
+                    # The commit's run, not the card: another card would see the same.
+                    raise ExampleStopped(message, timed_out=result.timed_out)
+                raise DeviceFault(message, report.slot)
         record.verdict = outcome.verdict
         record.reason = outcome.reason
         record.metrics = dict(outcome.metrics)
@@ -872,7 +876,7 @@ def _stopping(
         )
     in_a_row = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"
     what = "fix the cause and run again to resume"
-    if isinstance(last, DeviceFault) and "timed out" in str(last):
+    if isinstance(last, ExampleStopped) and last.timed_out:
         what = (
             "raise --timeout if the example is only slow here, or, if it hangs at this commit, "
             + (

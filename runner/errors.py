@@ -42,6 +42,18 @@ class InfrastructureError(BisectError):
     exit_code = 4
 
 
+class ExampleStopped(InfrastructureError):
+    """An example run that timed out or ran out of memory: not a verdict, and not the card's
+    fault either (the same commit does it on every card), so the card stays in the pool."""
+
+    def __init__(self, message: str, timed_out: bool) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+    def __reduce__(self) -> tuple[type, tuple[str, bool]]:  # a Ray task's
+        return type(self), (str(self), self.timed_out)
+
+
 class BuildTimedOut(InfrastructureError):
     """A wheel build ran past --build-timeout: a slow host, or a build that hangs."""
 

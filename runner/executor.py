@@ -255,6 +255,9 @@ class DeviceFault(InfrastructureError):
         super().__init__(message)
         self.slot = slot
 
+    def __reduce__(self) -> tuple[type, tuple[str, Slot]]:  # raised by a Ray task
+        return type(self), (str(self), self.slot)
+
 
 class _DevicePool:
     """Free slots; a retired slot never comes back, and the last live one is never retired."""
@@ -605,7 +608,14 @@ def run_on_node(
             passthrough=slot.passthrough,
             cpus=slot.cpus if slot.cpus is not None else job.run.cpus,
         )
-        result = run_example(client, run, echo=echo, cancel=cancel)
+        try:
+            result = run_example(client, run, echo=echo, cancel=cancel)
+        except InfrastructureError as exc:
+            missing = [d.split(":", 1)[0] for d in slot.passthrough.devices]
+            if any(f'"{path}"' in str(exc) or f"{path}:" in str(exc) for path in missing):
+                # The engine could not hand this card's device node over (it left the host).
+                raise DeviceFault(f"device {slot.device}: {exc}", slot) from exc
+            raise
     finally:
         give_back(slot)
     return RunReport(result=result, image_id=image.image_id, image_s=image_s, slot=slot)

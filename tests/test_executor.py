@@ -3,6 +3,9 @@ pool of device slots; all with real containers on the real Docker Engine."""
 
 from __future__ import annotations
 
+import os
+import pickle
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,9 +16,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from runner.execute import LABEL, Cancelled, ExampleRun
+from runner.devices import Passthrough
+from runner.execute import LABEL, OWNER_LABEL, Cancelled, ExampleRun
 from runner.executor import (
     BuildJob,
+    DeviceFault,
     LocalExecutor,
     RunJob,
     SharedBuild,
@@ -282,6 +287,49 @@ def test_runs_share_the_device_slots_one_run_per_slot(
     assert {r.slot.device for r in reports} == {"0", "1"}
     for report in reports:
         assert report.result is not None and report.result.exit_code is not None
+
+
+def test_a_card_whose_device_node_is_gone_is_a_device_fault_of_that_card(
+    docker_client, base_image, settings, tmp_path
+):
+    """The engine cannot create a container with a device node that left the host: that card's
+    fault (it leaves the pool), not an engine error that stops the run."""
+    cache = WheelCache(tmp_path / "wheels")
+    lib = tmp_path / "lib"
+    write_lib(lib)
+    gone = Slot("1", Passthrough(devices=(f"{tmp_path}/davinci1:/dev/davinci1:rwm",)))
+    with LocalExecutor(docker_client, cache, [gone], build_jobs=1) as executor:
+        wheel = executor.build(job("pypto", "1" * 40, pypto_source(1), settings, tmp_path)).result(
+            timeout=600
+        )
+        run = executor.run(
+            RunJob(
+                pypto="1" * 40,
+                simpler=None,
+                pypto_wheel=wheel.wheel,
+                simpler_wheel=None,
+                pip_wheel=None,
+                base_image=base_image,
+                base_image_id=settings.base_image_id,
+                run=ExampleRun(
+                    image="",
+                    lib_dir=lib,
+                    script=EXAMPLE_PATH,
+                    platform="a2a3",
+                    device="",
+                    artifacts_dir=tmp_path / "run",
+                    passthrough=Passthrough(),
+                    timeout=300,
+                ),
+            )
+        )
+        with pytest.raises(DeviceFault) as raised:
+            run.result(timeout=600)
+    assert raised.value.slot is gone
+    assert str(raised.value).startswith("device 1: the Docker Engine failed running a container")
+    assert pickle.loads(pickle.dumps(raised.value)).slot.device == "1", "a Ray task raises it"
+    mine = f"{OWNER_LABEL}={socket.gethostname()}:{os.getpid()}"
+    assert not docker_client.containers.list(all=True, filters={"label": mine})
 
 
 def test_a_run_waiting_for_a_device_stops_when_the_session_is_cancelled(docker_client, tmp_path):

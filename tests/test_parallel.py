@@ -84,6 +84,26 @@ def test_a_device_that_fails_is_taken_out_of_the_pool_and_never_gives_a_verdict(
     assert any("were retried and never counted as verdicts" in note for note in notes), notes
 
 
+def test_an_example_that_times_out_on_every_card_keeps_the_cards_and_names_the_commit(
+    sample_factory, shared_cache, tmp_path
+):
+    """A timeout is the commit's run, not the card: the same commit hangs on each card, so no
+    card leaves the pool, and the stop says to raise --timeout or to --skip the commit."""
+    sample = sample_factory(TWO_LEVEL)
+    args = on_simulator(run_args(sample, tmp_path / "work", shared_cache), "0,1")
+
+    result = cli(
+        *args, "--timeout", "2", "--run-env", "SAMPLE_RUN_SECONDS=60", "--infra-retries", "2"
+    )
+
+    assert result.returncode == 4, result.stderr
+    assert "taken out of the pool" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "timed out" in last and "raise --timeout if the example is only slow here" in last
+    log = (tmp_path / "work" / "infrastructure.log").read_text()
+    assert "on device 0" in log and "on device 1" in log, "both cards kept running tests"
+
+
 def test_a_kill_during_concurrent_builds_loses_nothing_and_the_resume_rebuilds_nothing(
     sample_factory, tmp_path, docker_client: docker.DockerClient
 ):

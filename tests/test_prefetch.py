@@ -17,9 +17,9 @@ import pytest
 
 from runner.attempts import DockerTester, RunSettings, _stopping
 from runner.devices import Passthrough
-from runner.errors import BadInput, BuildTimedOut
+from runner.errors import BadInput, BuildTimedOut, ExampleStopped
 from runner.execute import LABEL
-from runner.executor import DeviceFault, LocalExecutor, Slot
+from runner.executor import LocalExecutor, Slot
 from runner.history import History
 from runner.ledger import Ledger
 from runner.sample.histories import SampleSpec, git
@@ -184,7 +184,7 @@ def test_a_stop_after_timeouts_says_what_lets_the_run_go_on(at_an_end: bool) -> 
     pypto, simpler = "a" * 40, "b" * 40
     ends = {pypto, simpler} if at_an_end else {"c" * 40}
     build = BuildTimedOut("the pypto build timed out", "pypto", pypto, 30.0, "/log")
-    run = DeviceFault(f"the example run of {pypto[:12]} on device 0 timed out", Slot("0"))
+    run = ExampleStopped(f"the example run of {pypto[:12]} on device 0 timed out", True)
 
     for failures, raise_ in (([build, build], "--build-timeout"), ([run], "--timeout")):
         said = _stopping(failures, Request("pypto", pypto, simpler), ends)
