@@ -774,10 +774,18 @@ def _check_reachable(ray: Any, address: str) -> None:
     if address != "auto":
         scheme, _, rest = address.rpartition("://")
         host, _, port = rest.rpartition(":")
-        if scheme not in ("", "ray") or not host or not port.isdigit():
+        if scheme == "ray":
+            # Ray Client: the driver would sit outside the cluster, away from the nodes' Docker
+            # Engines and the cache they share; it also needs `ray[client]`.
+            raise BadInput(
+                f"--ray-address {address}: Ray Client addresses are not supported; run the tool "
+                "on a node of the cluster (`ray start --address ...`) and give the head's "
+                "HOST:PORT"
+            )
+        if scheme or not host or not port.isdigit():
             raise BadInput(
                 f"--ray-address {address}: give the head's HOST:PORT (its GCS port, 6379 unless "
-                "`ray start --head --port` said otherwise), ray://HOST:PORT, or auto"
+                "`ray start --head --port` said otherwise), or auto"
             )
     resolve = getattr(getattr(ray, "_private", None), "services", None)
     try:

@@ -189,8 +189,13 @@ def test_a_cluster_address_nobody_answers_fails_in_seconds_with_one_line(
         [line] = refused.stderr.strip().splitlines()
         assert line == (
             f"error: --ray-address {malformed}: give the head's HOST:PORT (its GCS port, 6379 "
-            "unless `ray start --head --port` said otherwise), ray://HOST:PORT, or auto"
+            "unless `ray start --head --port` said otherwise), or auto"
         )
+    client = f"ray://127.0.0.1:{unused_port}"
+    refused = cli(*args, "--ray-address", client, env=LOOPBACK_ONLY, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert "Ray Client addresses are not supported; run the tool on a node" in line, line
 
 
 @pytest.mark.docker
