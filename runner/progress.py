@@ -131,6 +131,9 @@ class _Status:
         elapsed = time.monotonic() - p.phase_started
         subject = p.subject
         simpler = f" + simpler {p.simpler[:12]}" if p.level != "pypto" and p.simpler else ""
+        if not p.commit:  # the level is being planned: no step yet
+            line = f"{p.level} level · {p.phase_name} {elapsed:.0f}s"
+            return Text(line, style="cyan", no_wrap=True, overflow="ellipsis")
         # Most important first: a narrow terminal crops the end of the line.
         return Text(
             f"{p.level} step {p.done + 1}/~{p.done + max(p.left, 1)} · {p.commit[:12]}{simpler}"

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import docker
 from filelock import FileLock
 from platformdirs import user_cache_dir
 
@@ -257,9 +258,17 @@ def _require_image(client: Any, image_id: str, what: str) -> None:
         )
 
 
+def _node_engine() -> docker.DockerClient:
+    """This node's Docker Engine; a node without one is named, not mistaken for the driver."""
+    try:
+        return connect()
+    except InfrastructureError as exc:
+        raise InfrastructureError(f"Ray node {node_name()}: {exc}") from None
+
+
 def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
     """One wheel, built in this node's Docker Engine (a Ray task)."""
-    client = connect()
+    client = _node_engine()
     shared = _shared(settings)
     _require_image(client, task.settings.base_image_id, "base image")
     builder = task.builder
@@ -318,7 +327,7 @@ def run_on_ray_node(task: _RunOnNode, settings: NodeSettings) -> _Ran:
     import ray
 
     job = task.job
-    client = connect()
+    client = _node_engine()
     remove_stale_containers(client)  # what a killed worker on this host left behind
     _require_image(client, job.base_image_id, "base image")
     name = node_name()

@@ -35,6 +35,16 @@ def test_a_silent_log_gets_the_status_while_a_long_phase_lasts() -> None:
     assert len(out.getvalue()) == settled, "nothing is printed once the progress is closed"
 
 
+def test_before_its_first_step_a_level_shows_no_step_and_no_empty_commit() -> None:
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=0.2) as progress:
+        progress.level_started("pypto", 12, "pypto first-parent commits")
+        time.sleep(0.5)
+    beats = _beats(out.getvalue())
+    assert beats and beats[0].startswith("  ... pypto level · starting "), out.getvalue()
+    assert "step" not in beats[0]
+
+
 def test_a_log_that_keeps_printing_gets_no_status_lines() -> None:
     console, out = _console(terminal=False)
     with ConsoleProgress(console, heartbeat=0.3) as progress:

@@ -568,3 +568,17 @@ def test_a_card_that_times_out_on_ray_is_warned_about_and_named_with_its_node(
     workers = {str(node.node_id)[:8] for node in ray_cluster.workers}
     retired = [line for line in log.splitlines() if "taken out of the pool: device 0@" in line]
     assert len(retired) == 1 and any(worker in retired[0] for worker in workers), log
+
+
+def test_a_node_without_a_docker_engine_is_named(monkeypatch):
+    """The driver's engine may be fine: the error says which node has none."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed; pip install -e '.[ray]'")
+    from runner import ray_executor
+    from runner.errors import InfrastructureError
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setattr(ray_executor, "node_name", lambda: "npu-host-7/1a2b3c4d")
+
+    with pytest.raises(InfrastructureError, match=r"^Ray node npu-host-7/1a2b3c4d: no Docker"):
+        ray_executor._node_engine()
