@@ -247,6 +247,36 @@ def test_a_retired_device_leaves_the_pool_but_the_last_one_stays(docker_client, 
     assert notes == ["device 1 taken out of the pool: aclInit failed"]
 
 
+def example_job(
+    wheel: WheelResult,
+    base_image: str,
+    settings: BuildSettings,
+    lib: Path,
+    artifacts: Path,
+    platform: str = "a2a3sim",
+) -> RunJob:
+    """A run of the sample's example with one pypto wheel (the slot fills in the device)."""
+    return RunJob(
+        pypto="1" * 40,
+        simpler=None,
+        pypto_wheel=wheel.wheel,
+        simpler_wheel=None,
+        pip_wheel=None,
+        base_image=base_image,
+        base_image_id=settings.base_image_id,
+        run=ExampleRun(
+            image="",
+            lib_dir=lib,
+            script=EXAMPLE_PATH,
+            platform=platform,
+            device="",
+            artifacts_dir=artifacts,
+            passthrough=Passthrough(),
+            timeout=300,
+        ),
+    )
+
+
 def test_runs_share_the_device_slots_one_run_per_slot(
     docker_client, base_image, settings, tmp_path
 ):
@@ -260,27 +290,7 @@ def test_runs_share_the_device_slots_one_run_per_slot(
         )
         assert wheel.ok
         runs = [
-            executor.run(
-                RunJob(
-                    pypto="1" * 40,
-                    simpler=None,
-                    pypto_wheel=wheel.wheel,
-                    simpler_wheel=None,
-                    pip_wheel=None,
-                    base_image=base_image,
-                    base_image_id=settings.base_image_id,
-                    run=ExampleRun(
-                        image="",
-                        lib_dir=lib,
-                        script=EXAMPLE_PATH,
-                        platform="a2a3sim",
-                        device="",
-                        artifacts_dir=tmp_path / f"run{i}",
-                        passthrough=Slot("0").passthrough,
-                        timeout=300,
-                    ),
-                )
-            )
+            executor.run(example_job(wheel, base_image, settings, lib, tmp_path / f"run{i}"))
             for i in range(3)
         ]
         reports = [r.result(timeout=600) for r in runs]
@@ -302,27 +312,7 @@ def test_a_card_whose_device_node_is_gone_is_a_device_fault_of_that_card(
         wheel = executor.build(job("pypto", "1" * 40, pypto_source(1), settings, tmp_path)).result(
             timeout=600
         )
-        run = executor.run(
-            RunJob(
-                pypto="1" * 40,
-                simpler=None,
-                pypto_wheel=wheel.wheel,
-                simpler_wheel=None,
-                pip_wheel=None,
-                base_image=base_image,
-                base_image_id=settings.base_image_id,
-                run=ExampleRun(
-                    image="",
-                    lib_dir=lib,
-                    script=EXAMPLE_PATH,
-                    platform="a2a3",
-                    device="",
-                    artifacts_dir=tmp_path / "run",
-                    passthrough=Passthrough(),
-                    timeout=300,
-                ),
-            )
-        )
+        run = executor.run(example_job(wheel, base_image, settings, lib, tmp_path / "run", "a2a3"))
         with pytest.raises(DeviceFault) as raised:
             run.result(timeout=600)
     assert raised.value.slot is gone
