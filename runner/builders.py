@@ -50,7 +50,7 @@ from packaging.version import InvalidVersion, Version
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
-from runner.execute import KIND_LABEL, LABEL, run_container
+from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
 from runner.images import base_user, build_image, render_template
 from runner.wheels import write_json_atomic
 
@@ -996,7 +996,7 @@ def _builder_key(base_image_id: str, wheels_dir: Path, names: Sequence[str]) -> 
 def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
     try:
         return client.images.list(filters={"label": label})
-    except docker.errors.DockerException as exc:
+    except ENGINE_ERRORS as exc:
         raise InfrastructureError(
             f"the Docker Engine failed to list builder images: {exc}"
         ) from exc
@@ -1009,7 +1009,7 @@ def image_present(client: docker.DockerClient, image_id: str) -> bool:
         client.api.inspect_image(image_id)
     except docker.errors.ImageNotFound:
         return False
-    except docker.errors.DockerException as exc:
+    except ENGINE_ERRORS as exc:
         raise InfrastructureError(f"the Docker Engine failed to inspect {image_id}: {exc}") from exc
     return True
 

@@ -139,7 +139,7 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
     except Exception as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
-        known = _storage_error(exc)
+        known = _storage_error(exc) or _engine_error(exc)
         if known is not None:
             ERR.print(f"error: {known}", markup=False)
             raise typer.Exit(known.exit_code) from None
@@ -156,10 +156,11 @@ def _storage_error(exc: BaseException) -> BisectError | None:
         return None
     where = f" {exc.filename}" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        full = f"the disk is full (writing{where})" if where else "the disk is full"
         return InfrastructureError(
-            f"the disk is full (writing{where}): free space, or point --workdir or --cache-dir "
-            "elsewhere (`cache prune` frees cached wheels), then run again; what the ledger "
-            "holds is kept"
+            f"{full}: free space under the workdir and the cache, or point --workdir or "
+            "--cache-dir elsewhere (`cache prune` frees cached wheels), then run again; what "
+            "the ledger holds is kept"
         )
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return BadInput(
@@ -167,6 +168,22 @@ def _storage_error(exc: BaseException) -> BisectError | None:
             "can write"
         )
     return None
+
+
+def _engine_error(exc: BaseException) -> BisectError | None:
+    """The Docker Engine stopped answering mid-run (it died, or hangs past the client's read
+    timeout) where no layer below said it in words: an infrastructure fault, exit 4."""
+    from runner.execute import ENGINE_ERRORS
+    from runner.verdict import truncate
+
+    if not isinstance(exc, ENGINE_ERRORS):
+        return None
+    detail = truncate(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160)
+    return InfrastructureError(
+        f"the Docker Engine stopped answering ({type(exc).__name__}: {detail}); check that "
+        "dockerd runs and `docker info` answers, then run again to resume (nothing recorded is "
+        "lost)"
+    )
 
 
 def _version(value: bool) -> None:

@@ -45,7 +45,7 @@ BUILD_OUTPUT = f"{RUN_MOUNT}/build_output"
 
 _POLL_SECONDS = 0.2  # how quickly a Ctrl-C or a failing echo stops the wait
 _GRACE_SECONDS = 10.0  # how long to wait for the engine to confirm a kill or flush the logs
-_ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
+ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
 
 
 class Cancelled(Exception):
@@ -57,7 +57,7 @@ def connect() -> docker.DockerClient:
     try:
         client = docker.from_env()
         client.ping()
-    except _ENGINE_ERRORS as exc:
+    except ENGINE_ERRORS as exc:
         raise InfrastructureError(
             f"no Docker Engine answers ({_one_line(exc)}); start dockerd or set DOCKER_HOST"
         ) from exc
@@ -197,7 +197,7 @@ def run_container(
         if before_removal is not None:
             before_removal(container, result)
         return result
-    except _ENGINE_ERRORS as exc:
+    except ENGINE_ERRORS as exc:
         failing = True
         raise InfrastructureError(
             f"the Docker Engine failed running a container of {spec.image} ({_one_line(exc)}); "
@@ -239,7 +239,7 @@ def remove_stale_containers(client: docker.DockerClient) -> list[str]:
                     continue
                 raise
             removed.append(container.name)
-    except _ENGINE_ERRORS as exc:
+    except ENGINE_ERRORS as exc:
         # Only the dead runs' containers: other runs may share this engine.
         raise InfrastructureError(
             f"could not remove stale containers ({_one_line(exc)}); "
@@ -257,7 +257,7 @@ def remove_own_containers(client: docker.DockerClient) -> None:
                 container.remove(force=True)
             except docker.errors.NotFound:
                 continue
-    except _ENGINE_ERRORS as exc:
+    except ENGINE_ERRORS as exc:
         raise InfrastructureError(
             f"could not remove the containers of this run ({_one_line(exc)}); remove them with "
             f"`docker rm -f $(docker ps -aq --filter label={RUN_LABEL}={token})`"
@@ -649,7 +649,7 @@ def _remove(
         target.remove(force=True)
     except docker.errors.NotFound:
         return
-    except _ENGINE_ERRORS as exc:
+    except ENGINE_ERRORS as exc:
         if quiet:
             return
         raise InfrastructureError(

@@ -17,6 +17,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+import requests
 
 from runner.sample.histories import Sample, SampleSpec
 from tests.fixtures.cli import cli, run_args
@@ -845,3 +846,31 @@ def test_a_full_disk_or_a_read_only_workdir_is_one_line_with_its_exit_code(
     assert stopped.value.exit_code == exit_code
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: {fragment}") and "unexpected" not in line
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),  # a write that names no file
+        requests.exceptions.ReadTimeout(
+            "UnixHTTPConnectionPool(host='localhost', port=None): Read timed out. (read timeout=60)"
+        ),
+        requests.exceptions.ConnectionError(
+            "('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))"
+        ),
+    ],
+)
+def test_a_full_disk_without_a_path_or_an_engine_gone_mid_run_is_one_line_exit_4(capsys, failure):
+    import typer
+
+    from runner.cli import guarded
+
+    with pytest.raises(typer.Exit) as stopped, guarded():
+        raise failure
+
+    assert stopped.value.exit_code == 4
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "unexpected" not in line and "()" not in line and "(writing)" not in line, line
+    assert line.startswith(("error: the disk is full: free", "error: the Docker Engine stopped")), (
+        line
+    )
