@@ -52,7 +52,7 @@ from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
 from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
 from runner.images import base_user, build_image, render_template
-from runner.wheels import write_json_atomic
+from runner.wheels import ran_out_of_space, write_json_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -930,9 +930,23 @@ class Provisioner:
         if proc.returncode != 0:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
             # pip's first ERROR line may be a side note ("Ignored the following yanked
-            # versions"); the one naming what it could not find comes last.
+            # versions"); the one naming what it could not find comes last. "ERROR: Exception:"
+            # heads a traceback, whose last line says what went wrong.
             errors = [ln for ln in lines if ln.startswith("ERROR") and "Ignored" not in ln]
             reason = (errors or lines or ["no output"])[-1][:240]
+            if reason == "ERROR: Exception:" and lines:
+                reason = lines[-1][:240]
+            if ran_out_of_space(proc.stderr):
+                raise InfrastructureError(
+                    f"{where}: the disk is full while downloading build tools into {dest} "
+                    f"({reason}); free space or point --cache-dir elsewhere, then run again"
+                )
+            if _UNREACHABLE.search(proc.stderr):
+                raise InfrastructureError(
+                    f"{where}: the package index did not answer while downloading the build "
+                    f"tools {' '.join(resolution.pins)} ({reason}); check the host's network "
+                    "or proxy, or give --wheelhouse a directory of those wheels, then run again"
+                )
             raise BadInput(
                 f"{where}: cannot get the build tools {' '.join(resolution.pins)} for the image's "
                 f"Python {self.traits.python} ({reason}); fix the index or --wheelhouse, or pin "
@@ -991,6 +1005,14 @@ def _builder_key(base_image_id: str, wheels_dir: Path, names: Sequence[str]) -> 
         digest.update(name.encode() + b"\0")
         digest.update(hashlib.sha256((wheels_dir / name).read_bytes()).digest())
     return digest.hexdigest()
+
+
+# pip's words for an index it could not reach (a network fault, not the commit's requirements).
+_UNREACHABLE = re.compile(
+    r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|"
+    r"Name or service not known|Connection refused|Network is unreachable|ConnectTimeoutError|"
+    r"ReadTimeoutError|ProxyError|Could not fetch URL"
+)
 
 
 def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:

@@ -15,6 +15,8 @@ import http.server
 import json
 import os
 import shutil
+import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -29,6 +31,7 @@ from runner.builders import (
     LEGACY_REQUIRES,
     PackageSources,
     Provisioner,
+    Resolution,
     build_requires,
     cmake_wanted,
     find_builder,
@@ -40,7 +43,7 @@ from runner.builders import (
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.devices import passthrough
-from runner.errors import BadInput, UnbuildableCommit
+from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
 from runner.execute import LABEL, ExampleRun, example_container, run_container
 from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
@@ -758,3 +761,55 @@ def test_only_a_builder_a_test_waits_for_names_the_progress_phase(
     assert phases == []
     toolchains.builder("pypto", commit)
     assert phases == [f"builder for pypto {commit[:12]}"]
+
+
+@pytest.mark.docker
+def test_build_tools_that_cannot_be_downloaded_for_a_machine_fault_are_infrastructure(
+    docker_client: docker.DockerClient,
+    base_image: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An index that does not answer, or a disk that fills while pip downloads, says nothing
+    about the commit's requirements: exit 4 and what to fix, not bad input (exit 2)."""
+    provisioner = Provisioner(
+        docker_client,
+        base_image_id=docker_client.images.get(base_image).id,
+        cache_root=tmp_path,
+        sources=PackageSources(),
+    )
+    tools = Resolution(declared=("ninja",), pins=("ninja==1.11.1",), notes=())
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv("PIP_RETRIES", "1")  # pip says why it retries; with none, nothing
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+
+    with pytest.raises(InfrastructureError, match="the package index did not answer"):
+        provisioner._pip_download(tools, tmp_path / "dl", "pypto 1234")
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return  # a small filesystem to fill needs root
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)]).returncode:
+        return
+    try:
+        (full / "filler").write_bytes(b"\0" * (1024 * 1024 - 8192))
+        wheelhouse = Path(__file__).resolve().parents[1] / ".cache" / "wheelhouse"
+        ninja = sorted(wheelhouse.glob("ninja-*.whl"))
+        if not ninja:
+            return
+        version = ninja[-1].name.split("-")[1]
+        local = Provisioner(
+            docker_client,
+            base_image_id=docker_client.images.get(base_image).id,
+            cache_root=tmp_path,
+            sources=PackageSources(wheelhouse=wheelhouse),
+        )
+        big = Resolution(declared=("ninja",), pins=(f"ninja=={version}",), notes=())
+        with pytest.raises(InfrastructureError, match="the disk is full while downloading"):
+            local._pip_download(big, full / "dl", "pypto 1234")
+    finally:
+        subprocess.run(["umount", str(full)], check=False)
