@@ -31,6 +31,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
@@ -474,6 +475,14 @@ class Settings(BaseSettings):
         (settings.json, for `reproduce` and `export`): the validator merges the defaults in."""
         return {**value, **{key: "" for key in DEFAULT_RUN_ENV if key not in value}}
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        """`build_timeout = true` would be 1 second: TOML's true is no number."""
+        if isinstance(value, bool) and info.field_name in _NUMBER_FIELDS:
+            raise ValueError(f"{info.field_name} must be a number, not {str(value).lower()}")
+        return value
+
     @field_validator("timeout", "build_timeout")
     @classmethod
     def _positive(cls, value: float) -> float:
@@ -568,6 +577,14 @@ class Settings(BaseSettings):
         blob = json.dumps(keys, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+
+def _number(annotation: Any) -> bool:
+    """int or float, alone or optional: a field TOML's booleans must not fill."""
+    kinds = set(typing.get_args(annotation)) or {annotation}
+    return bool(kinds & {int, float}) and bool not in kinds
+
+
+_NUMBER_FIELDS = {name for name, f in Settings.model_fields.items() if _number(f.annotation)}
 
 PATH_KEYS = {
     name for name, field in Settings.model_fields.items() if field.annotation in (Path, Path | None)
