@@ -160,6 +160,17 @@ def test_an_inconclusive_bisect_of_low_confidence_says_so_in_its_warning(tmp_pat
     assert "untestable commits" not in warning
 
 
+@pytest.mark.parametrize("counts", ["1 pypto candidate", "1 pypto and 2 simpler candidates"])
+def test_an_inconclusive_range_of_untestable_commits_is_named_in_its_warning(
+    tmp_path, pypto, counts
+):
+    note = f"note: {counts} could not be tested: build failed: pypto (syntax error)"
+    job = run_job(tmp_path, pypto, exit_code=1, STAND_IN_STDOUT=note)
+
+    [warning] = annotations(job)
+    assert f"::{counts} could not be tested: build failed: pypto" in warning, warning
+
+
 def test_endpoints_that_do_not_reproduce_fail_with_the_tools_message(tmp_path, pypto):
     job = run_job(tmp_path, pypto, exit_code=3)
 

@@ -159,7 +159,7 @@ case "$status" in
         annotate notice "bisect: culprit found" "$(grep -m1 -E '^(first bad|simpler commit)' "$log" || echo 'see the job summary')"
         ;;
     1)
-        why="$(grep -m1 -E '^note: (inconclusive|[0-9]+ candidates? could not be tested)' "$log" | cut -c7-)"
+        why="$(grep -m1 -E '^note: (inconclusive|[0-9]+ [a-z0-9 ]*candidates? could not be tested)' "$log" | cut -c7-)"
         annotate warning "bisect: inconclusive (exit 1)" \
             "${why:-untestable commits border the culprit}; the report in the job summary gives the candidates"
         status=0
