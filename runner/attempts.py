@@ -73,6 +73,9 @@ class RunSettings:
     patterns: VerdictPatterns = field(default_factory=VerdictPatterns)
 
 
+RETRY_PAUSE_MAX_S = 8.0
+"""The longest pause before a test is tried again after an infrastructure fault."""
+
 # Builds ahead start only while the median example run lasts at least this share of the
 # median wheel build (see `DockerTester._worth_guessing`).
 GUESS_RUN_SHARE = 0.5
@@ -288,6 +291,9 @@ class DockerTester:
                             f"infrastructure failure, not a verdict (try {len(failures[index])} "
                             f"of {self.infra_retries}): {reason}"
                         )
+                    # A fault that lasts a moment (a card still busy, an engine restarting)
+                    # must not use up every retry within a second: wait 1, 2, 4... s between.
+                    time.sleep(min(RETRY_PAUSE_MAX_S, 2.0 ** (len(failures[index]) - 1)))
                     running[self._submit(request, number)] = index
                     continue
                 self.ledger.record(attempt)
@@ -876,14 +882,18 @@ def _stopping(
         )
     in_a_row = f"{count} infrastructure failure{'s' if count > 1 else ''} in a row"
     what = "fix the cause and run again to resume"
-    if isinstance(last, ExampleStopped) and last.timed_out:
+    if isinstance(last, ExampleStopped):
+        around = (
+            "move --good or --bad off it (it is an end of the range)"
+            if request.pypto in ends
+            else f"run again with --skip {request.pypto[:12]} to take it as untestable"
+        )
         what = (
-            "raise --timeout if the example is only slow here, or, if it hangs at this commit, "
-            + (
-                "move --good or --bad off it (it is an end of the range)"
-                if request.pypto in ends
-                else f"run again with --skip {request.pypto[:12]} to take it as untestable"
-            )
+            f"raise --timeout if the example is only slow here, or, if it hangs at this commit, "
+            f"{around}"
+            if last.timed_out
+            else "give the example more memory (--memory, or a host with more), or, if it is "
+            f"killed at this commit whatever it gets, {around}"
         )
     first = str(last).splitlines()[0]
     return f"{in_a_row}, nothing recorded for {request.pypto[:12]}: {first}; {what}"

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import docker
@@ -867,15 +868,19 @@ def test_an_example_over_the_memory_limit_stops_the_run_without_a_verdict(
     workdir = tmp_path / "work"
     args = run_args(sample, workdir, shared_cache, "--run-env", "SAMPLE_HOLD_MIB=768")
 
-    stopped = cli(*args, "--memory", "256m", "--infra-retries", "1")
+    stopped = cli(*args, "--memory", "256m", "--infra-retries", "3")
 
     assert stopped.returncode == 4, stopped.stderr
     last = stopped.stderr.strip().splitlines()[-1]
     good = sample.pypto_shas[0][:12]
     assert f"the example run of {good} on device 0 ran out of memory under its 256m" in last, last
-    assert "not a verdict" in last
+    assert "not a verdict" in last and "3 infrastructure failures in a row" in last, last
     assert json.loads((workdir / "ledger.json").read_text())["attempts"] == []
-    assert "ran out of memory" in (workdir / "infrastructure.log").read_text()
+    faults = (workdir / "infrastructure.log").read_text().splitlines()
+    assert len(faults) == 3 and all("ran out of memory" in line for line in faults), faults
+    # Tries are spaced (1 s, then 2 s): a fault of a moment does not use them all up.
+    times = [datetime.fromisoformat(line.split()[0]) for line in faults]
+    assert (times[2] - times[1]).total_seconds() >= 2.0, faults
 
     resumed = cli(*args, "--memory", "2g", "--json")
 

@@ -185,10 +185,15 @@ def test_a_stop_after_timeouts_says_what_lets_the_run_go_on(at_an_end: bool) -> 
     ends = {pypto, simpler} if at_an_end else {"c" * 40}
     build = BuildTimedOut("the pypto build timed out", "pypto", pypto, 30.0, "/log")
     run = ExampleStopped(f"the example run of {pypto[:12]} on device 0 timed out", True)
+    killed = ExampleStopped(f"the example run of {pypto[:12]} on device 0 was killed", False)
 
-    for failures, raise_ in (([build, build], "--build-timeout"), ([run], "--timeout")):
+    for failures, raise_ in (
+        ([build, build], "raise --build-timeout if "),
+        ([run], "raise --timeout if "),
+        ([killed], "give the example more memory (--memory"),
+    ):
         said = _stopping(failures, Request("pypto", pypto, simpler), ends)
-        assert f"raise {raise_} if " in said, said
+        assert raise_ in said, said
         if at_an_end:
             assert said.endswith("move --good or --bad off it (it is an end of the range)"), said
         else:
