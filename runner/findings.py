@@ -104,7 +104,8 @@ def gather_facts(
             f"bisect-precision-docker reproduce --workdir {shlex.quote(str(workdir))} "
             f"{bad_run.run_id}"
         )
-    subjects = history.subjects({a.pypto_sha for a in doc.attempts if a.level == "pypto"})
+    # Every tested pypto commit: the first level's table counts its runs from any stage.
+    subjects = history.subjects({a.pypto_sha for a in doc.attempts})
     if simpler is not None:
         # The bump's ends are judged with the pypto level's and the split's runs too.
         tested = {a.simpler_sha for a in doc.attempts if a.simpler_sha} | set(simpler.suspects)
