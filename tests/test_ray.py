@@ -548,18 +548,21 @@ def test_simulator_runs_on_ray_are_lane_0_of_their_container_whatever_device_say
 
 
 @pytest.mark.docker
-def test_a_card_that_times_out_on_ray_is_warned_about_and_named_with_its_node(
+def test_a_card_that_fails_on_ray_is_warned_about_and_named_with_its_node(
     sample_factory, ray_cluster, ray_cache, tmp_path
 ):
-    """A timeout is a device fault, never a verdict: the first one takes a card out of the pool
-    (said on stderr without --verbose, --json or not); the second, on the last card, stops."""
+    """A card whose device the example cannot open (aclInit) is a device fault, never a verdict:
+    the first one takes a card out of the pool (said on stderr without --verbose, --json or
+    not); the second, on the last card, stops."""
     sample = sample_factory(TWO_LEVEL)
     args = run_args(sample, tmp_path / "work", ray_cache, "--ray-address", ray_cluster.address)
-    args = [*without_device(args), "--run-env", "SAMPLE_RUN_SECONDS=60", "--timeout", "2"]
+    args = without_device(args)
+    args[args.index("--device-map") + 1] = "/dev/null:/dev/davinci9"  # no card's own node
 
     result = cli(*args, "--infra-retries", "2", "--json", env=ray_cluster.env)
 
     assert result.returncode == 4, result.stderr
+    assert "aclInit failed" in result.stderr.splitlines()[-1]
     [warning] = [line for line in result.stderr.splitlines() if "out of the pool" in line]
     assert warning.startswith("warning: device 0 on ") and "one slot fewer" in warning
     assert "2 infrastructure failures in a row" in result.stderr
