@@ -1514,6 +1514,18 @@ class Session:
         for (name, pypto, simpler), verdict in zip(pairs, verdicts, strict=True):
             if verdict is not Verdict.BAD:
                 continue
+            ran = [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
+            if Verdict.GOOD in ran:
+                judge = (
+                    f"--policy {self.policy} judged it bad"
+                    if self.repeat is not None
+                    else "the flake rates the session learnt judge it bad"
+                )
+                outcome.notes.append(
+                    f"the {name} commit's runs at the end disagree ({ran.count(Verdict.BAD)} "
+                    f"failed, {ran.count(Verdict.GOOD)} passed) and {judge}: a flaky example "
+                    "can look like drift; `reproduce` it before trusting either"
+                )
             if simpler == self.gitlink(pypto):
                 outcome.drift.append(f"the {name} commit {pypto[:12]}")
             else:  # a simpler state inside a bump, run with the pypto commit its level pins

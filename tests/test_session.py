@@ -1272,6 +1272,29 @@ def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_f
     assert pypto["holding_99"] == len(outcome.pypto.belief.ranked()) > 1
 
 
+def test_drift_judged_from_runs_that_disagree_says_so(sample_factory):
+    """--repeat 3 --policy any-fail: one of the known-good commit's three runs at the end fails.
+    The policy calls that drift (exit 3), and a note gives the counts: flakiness looks alike."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
+
+    class OneLie(SpecTester):
+        def test(self, level, pypto, simpler):
+            drifts = sum(t[0] == "drift" for t in self.tested)
+            if level == "drift" and pypto == sample.pypto_shas[0] and drifts == 1:
+                return self.record(level, pypto, simpler, Verdict.BAD)
+            return super().test(level, pypto, simpler)
+
+    outcome, _ = bisect(sample, tester=OneLie(sample), repeat=3, policy="any-fail")
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[5]
+    assert outcome.drift == [f"the known-good commit {sample.pypto_shas[0][:12]}"]
+    assert outcome.exit_code == 3
+    assert (
+        "the known-good commit's runs at the end disagree (1 failed, 2 passed) and --policy "
+        "any-fail judged it bad: a flaky example can look like drift" in " ".join(outcome.notes)
+    )
+
+
 def test_a_drifted_simpler_state_is_named_by_its_simpler_commit_and_pinned_pypto(sample_factory):
     spec = SampleSpec(**{**SMALL, "simpler_commits": 12}, bumps=((4, 10),), simpler_regression_at=2)
     sample = sample_factory(spec)
