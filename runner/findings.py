@@ -113,11 +113,24 @@ def gather_facts(
             subjects.update(History(exporter.submodule_git_dir(path)).subjects(tested))
     subjects.update({sha: info.subject for sha, info in commits.items()})
     facts.subjects = subjects
-    facts.infrastructure = _infrastructure_faults(workdir / INFRASTRUCTURE_LOG, doc.created_at)
+    facts.infrastructure, facts.earlier_infrastructure = infrastructure_faults(
+        workdir / INFRASTRUCTURE_LOG, doc
+    )
     tested = {a.pypto_sha for a in doc.attempts}
     pins = {sha: history.gitlink(sha, path) for sha in tested}
     facts.bisect_log = to_git_bisect_log(doc, subjects, pins=pins)
     return facts
+
+
+def infrastructure_faults(log: Path, doc: LedgerDocument) -> tuple[list[str], list[str]]:
+    """The session's lines of the infrastructure log, and those of them an earlier `run` of it
+    wrote (before its last invocation, which is the run now ending or the one a report shows):
+    a card an earlier run took out of the pool may be back in this one's."""
+    lines = _infrastructure_faults(log, doc.created_at)
+    if len(doc.invocations) < 2:
+        return lines, []
+    latest = set(_infrastructure_faults(log, doc.invocations[-1].started_at))
+    return lines, [line for line in lines if line not in latest]
 
 
 def _infrastructure_faults(log: Path, since: datetime) -> list[str]:

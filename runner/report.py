@@ -45,6 +45,8 @@ class ReportFacts:
     commits: Mapping[str, CommitInfo] = field(default_factory=dict)  # pypto and simpler commits
     subjects: Mapping[str, str] = field(default_factory=dict)  # every tested commit's subject
     infrastructure: list[str] = field(default_factory=list)  # this session's infrastructure log
+    # Of those, the lines an earlier `run` of the session wrote (a card it retired may be back).
+    earlier_infrastructure: list[str] = field(default_factory=list)
     culprit_stat: str = ""
     culprit_patch: str = ""
     simpler_stat: str = ""
@@ -515,9 +517,11 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
             "device or Docker errors) were retried and never counted as verdicts; see "
             "infrastructure.log in the workdir"
         )
+    earlier = {line.split(RETIRED, 1)[1].strip() for line in facts.earlier_infrastructure}
     for entry in retired:  # "<device>: <reason>"
         device, _, reason = entry.partition(": ")
-        notes.append(f"device {device} was taken out of the pool: {reason}")
+        when = " by an earlier run of the session" if entry in earlier else ""
+        notes.append(f"device {device} was taken out of the pool{when}: {reason}")
     culprit = outcome.pypto.first_bad
     if culprit == doc.inputs.bad and not any(a.pypto_sha == culprit for a in doc.attempts):
         notes.append(

@@ -989,3 +989,43 @@ def test_the_reports_name_the_limits_and_the_failures_they_could_not_judge(tmp_p
         "prints the mismatch figures the reports list",
     ]
     assert limit_notes(doc, Tolerance()) == [] and limit_notes(doc, None) == []
+
+
+def test_a_card_an_earlier_run_took_out_is_reported_as_such(tmp_path) -> None:
+    from runner.findings import infrastructure_faults
+    from runner.ledger import Invocation
+    from runner.report import ReportFacts, build_json
+    from runner.session import LevelResult, Outcome
+
+    first, second = T0 + timedelta(minutes=1), T0 + timedelta(minutes=30)
+    log = tmp_path / "infrastructure.log"
+    log.write_text(
+        f"{(first + timedelta(minutes=5)).isoformat()} - - taken out of the pool: device 0: "
+        "the example run of abc on device 0 hit a device or machine fault (aclInit)\n"
+        f"{(second + timedelta(minutes=2)).isoformat()} - - taken out of the pool: device 2: "
+        "the example run of def on device 2 hit a device or machine fault (aclInit)\n"
+    )
+    doc = LedgerDocument(
+        tool_version="0.1.0",
+        created_at=T0,
+        inputs=make_inputs(tmp_path),
+        invocations=[
+            Invocation(started_at=first, wall_s=600),
+            Invocation(started_at=second, wall_s=9),
+        ],
+    )
+
+    lines, earlier = infrastructure_faults(log, doc)
+
+    assert len(lines) == 2 and earlier == lines[:1]
+    outcome = Outcome("inconclusive", LevelResult("pypto", [doc.inputs.good, doc.inputs.bad]))
+    notes = build_json(
+        doc, outcome, ReportFacts(infrastructure=lines, earlier_infrastructure=earlier)
+    )["notes"]
+    assert any(
+        n.startswith("device 0 was taken out of the pool by an earlier run of the session:")
+        for n in notes
+    ), notes
+    assert any(
+        n.startswith("device 2 was taken out of the pool: the example run of def") for n in notes
+    ), notes
