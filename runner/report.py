@@ -517,7 +517,11 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
             "device or Docker errors) were retried and never counted as verdicts; see "
             "infrastructure.log in the workdir"
         )
-    earlier = {line.split(RETIRED, 1)[1].strip() for line in facts.earlier_infrastructure}
+    earlier = {
+        line.split(RETIRED, 1)[1].strip()
+        for line in facts.earlier_infrastructure
+        if RETIRED in line
+    }
     for entry in retired:  # "<device>: <reason>"
         device, _, reason = entry.partition(": ")
         when = " by an earlier run of the session" if entry in earlier else ""

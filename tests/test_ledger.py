@@ -1000,6 +1000,8 @@ def test_a_card_an_earlier_run_took_out_is_reported_as_such(tmp_path) -> None:
     first, second = T0 + timedelta(minutes=1), T0 + timedelta(minutes=30)
     log = tmp_path / "infrastructure.log"
     log.write_text(
+        f"{(first + timedelta(minutes=4)).isoformat()} abc - the example run of abc on device 0 "
+        "hit a device or machine fault (aclInit); not a verdict\n"
         f"{(first + timedelta(minutes=5)).isoformat()} - - taken out of the pool: device 0: "
         "the example run of abc on device 0 hit a device or machine fault (aclInit)\n"
         f"{(second + timedelta(minutes=2)).isoformat()} - - taken out of the pool: device 2: "
@@ -1017,7 +1019,7 @@ def test_a_card_an_earlier_run_took_out_is_reported_as_such(tmp_path) -> None:
 
     lines, earlier = infrastructure_faults(log, doc)
 
-    assert len(lines) == 2 and earlier == lines[:1]
+    assert len(lines) == 3 and earlier == lines[:2]
     outcome = Outcome("inconclusive", LevelResult("pypto", [doc.inputs.good, doc.inputs.bad]))
     notes = build_json(
         doc, outcome, ReportFacts(infrastructure=lines, earlier_infrastructure=earlier)
