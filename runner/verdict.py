@@ -184,6 +184,10 @@ class Tolerance:
             return Verdict.GOOD
         return verdict
 
+    def describe(self) -> str:
+        """The limits in force, as "max_abs_diff <= 0.001, max_rel_diff <= 0.5"."""
+        return ", ".join(f"{k} <= {v:g}" for k, v in self.limits.items() if v is not None)
+
     def reads(self, metrics: Mapping[str, MetricValue]) -> bool:
         """Whether a run's figures include one for any of these limits."""
         return bool(self._figures(metrics))

@@ -511,11 +511,10 @@ def limit_notes(document: LedgerDocument, tolerance: Tolerance | None) -> list[s
     does not read, say), whose own FAIL then stands."""
     if tolerance is None or not tolerance.active:
         return []
-    limits = {k: v for k, v in tolerance.limits.items() if v is not None}
+    limits = [k for k, v in tolerance.limits.items() if v is not None]
     notes = [
-        "verdicts judged by the limits "
-        + ", ".join(f"{k} <= {v:g}" for k, v in limits.items())
-        + " on each run's figures, not by the example's PASS/FAIL"
+        f"verdicts judged by the limits {tolerance.describe()} on each run's figures, not by the "
+        "example's PASS/FAIL"
     ]
     blind = [
         a for a in document.counted() if a.verdict is Verdict.BAD and not tolerance.reads(a.metrics)
@@ -643,8 +642,7 @@ def rewrite_reports(
     state = replay(workdir, cache_dir, session, rethreshold)
     state.outcome.running = session is None and in_use(ledger_path(state.workdir))
     if rethreshold is not None:
-        limits = ", ".join(f"{k} <= {v:g}" for k, v in rethreshold.limits.items() if v is not None)
-        state.outcome.rejudged = limits or "the example PASS/FAIL"
+        state.outcome.rejudged = rethreshold.describe() or "the example PASS/FAIL"
         state.outcome.notes.append(
             f"re-judged from the recorded figures ({state.outcome.rejudged}); "
             "no container was started"
