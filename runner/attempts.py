@@ -43,7 +43,7 @@ from runner.session import Request
 from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.turns import Turns
-from runner.verdict import VerdictPatterns, infrastructure_fault, judge
+from runner.verdict import VerdictPatterns, infrastructure_fault, judge, stopped
 from runner.wheels import BuildSettings, WheelCache, WheelResult, wheel_id
 
 Phase = Callable[[str], None]
@@ -847,7 +847,9 @@ class DockerTester:
                     f"the example run of {pypto[:12]} on device {report.slot.device} {fault}; "
                     f"not a verdict (log: {result.log_path})"
                 )
-                if result.timed_out or result.oom_killed or result.exit_code == 137:
+                if stopped(
+                    result.exit_code, timed_out=result.timed_out, oom_killed=result.oom_killed
+                ):
                     # The commit's run, not the card: another card would see the same.
                     raise ExampleStopped(message, timed_out=result.timed_out)
                 raise DeviceFault(message, report.slot)

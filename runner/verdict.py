@@ -500,6 +500,18 @@ _DEVICE_FAULT = re.compile(
 )
 
 
+def stopped(
+    exit_code: int | None, *, timed_out: bool = False, oom_killed: bool = False
+) -> str | None:
+    """Why the run was stopped from outside (the timeout, the OOM killer), or None: the run's
+    own doing at this commit, which any card would see the same."""
+    if timed_out:
+        return "timed out"
+    if oom_killed or exit_code == 137:
+        return "was killed (out of memory?)"
+    return None
+
+
 def infrastructure_fault(
     exit_code: int | None, output: str, *, timed_out: bool = False, oom_killed: bool = False
 ) -> str | None:
@@ -508,10 +520,9 @@ def infrastructure_fault(
     Timeouts, OOM kills, a full disk and a missing, busy or failing device (aclInit, driver) are
     infrastructure; compile errors and crashes of the example itself stay untestable (skip).
     """
-    if timed_out:
-        return "timed out"
-    if oom_killed or exit_code == 137:
-        return "was killed (out of memory?)"
+    why = stopped(exit_code, timed_out=timed_out, oom_killed=oom_killed)
+    if why is not None:
+        return why
     text = clean_output(output)
     found = _DEVICE_FAULT.search(text)
     if found:
