@@ -505,11 +505,14 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
     return notes
 
 
+def _retirements(lines: list[str]) -> list[str]:
+    """The infrastructure log's cards taken out of the pool, as "<device>: <reason>"."""
+    return [line.split(RETIRED, 1)[1].strip() for line in lines if RETIRED in line]
+
+
 def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> list[str]:
     notes = []
-    retired = [
-        line.split(RETIRED, 1)[1].strip() for line in facts.infrastructure if RETIRED in line
-    ]
+    retired = _retirements(facts.infrastructure)
     faults = len(facts.infrastructure) - len(retired)
     if faults:
         notes.append(
@@ -517,11 +520,7 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
             "device or Docker errors) were retried and never counted as verdicts; see "
             "infrastructure.log in the workdir"
         )
-    earlier = {
-        line.split(RETIRED, 1)[1].strip()
-        for line in facts.earlier_infrastructure
-        if RETIRED in line
-    }
+    earlier = set(_retirements(facts.earlier_infrastructure))
     for entry in retired:  # "<device>: <reason>"
         device, _, reason = entry.partition(": ")
         when = " by an earlier run of the session" if entry in earlier else ""
