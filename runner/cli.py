@@ -909,6 +909,7 @@ def report(
 @app.command()
 def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOpt = None) -> None:
     """Print the first level as a `git bisect log` that `git bisect replay` accepts."""
+    from runner.findings import bisect_log
     from runner.history import History
     from runner.ledger import Ledger, earlier_session, to_git_bisect_log
     from runner.workflow import ledger_path
@@ -916,14 +917,13 @@ def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOp
     with guarded():
         path = ledger_path(_workdir(workdir, config).resolve())
         document = Ledger.read(path if session is None else earlier_session(path, session))
-    subjects: dict[str, str] = {}
-    pins: dict[str, str | None] | None = None
+    text = None
     with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone still replay
         tested = {a.pypto_sha for a in document.attempts}
         history = History(Path(document.inputs.pypto_repo))
         subjects = history.subjects(tested | {document.inputs.good, document.inputs.bad})
-        pins = {sha: history.gitlink(sha, document.inputs.submodule_path) for sha in tested}
-    OUT.print(to_git_bisect_log(document, subjects, pins=pins), markup=False, end="")
+        text = bisect_log(document, history, subjects)
+    OUT.print(text or to_git_bisect_log(document), markup=False, end="")
 
 
 @app.command()

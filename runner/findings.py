@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -116,10 +117,16 @@ def gather_facts(
     facts.infrastructure, facts.earlier_infrastructure = infrastructure_faults(
         workdir / INFRASTRUCTURE_LOG, doc
     )
-    tested = {a.pypto_sha for a in doc.attempts}
-    pins = {sha: history.gitlink(sha, path) for sha in tested}
-    facts.bisect_log = to_git_bisect_log(doc, subjects, pins=pins)
+    facts.bisect_log = bisect_log(doc, history, subjects)
     return facts
+
+
+def bisect_log(doc: LedgerDocument, history: History, subjects: Mapping[str, str]) -> str:
+    """The session's first level as a `git bisect log`, each tested commit's runs at its own
+    runtime pointer counted whichever stage recorded them."""
+    path = doc.inputs.submodule_path
+    pins = {sha: history.gitlink(sha, path) for sha in {a.pypto_sha for a in doc.attempts}}
+    return to_git_bisect_log(doc, subjects, pins=pins)
 
 
 def infrastructure_faults(log: Path, doc: LedgerDocument) -> tuple[list[str], list[str]]:
