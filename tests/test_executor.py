@@ -17,19 +17,19 @@ import docker
 import pytest
 
 from runner.devices import Passthrough
-from runner.execute import LABEL, OWNER_LABEL, Cancelled, ExampleRun
+from runner.execute import LABEL, OWNER_LABEL, Cancelled
 from runner.executor import (
     BuildJob,
     DeviceFault,
     LocalExecutor,
-    RunJob,
     SharedBuild,
     Slot,
     build_parallelism,
     default_build_jobs,
 )
-from runner.sample.packages import EXAMPLE_PATH, write_lib, write_pypto
+from runner.sample.packages import write_lib, write_pypto
 from runner.wheels import BuildSettings, WheelCache, WheelResult
+from tests.fixtures.attempts import example_job
 from tests.test_wheels import Sources, assert_no_leftover_build_dirs, pypto_source
 
 pytestmark = pytest.mark.docker
@@ -247,36 +247,6 @@ def test_a_retired_device_leaves_the_pool_but_the_last_one_stays(docker_client, 
     assert notes == ["device 1 taken out of the pool: aclInit failed"]
 
 
-def example_job(
-    wheel: WheelResult,
-    base_image: str,
-    settings: BuildSettings,
-    lib: Path,
-    artifacts: Path,
-    platform: str = "a2a3sim",
-) -> RunJob:
-    """A run of the sample's example with one pypto wheel (the slot fills in the device)."""
-    return RunJob(
-        pypto="1" * 40,
-        simpler=None,
-        pypto_wheel=wheel.wheel,
-        simpler_wheel=None,
-        pip_wheel=None,
-        base_image=base_image,
-        base_image_id=settings.base_image_id,
-        run=ExampleRun(
-            image="",
-            lib_dir=lib,
-            script=EXAMPLE_PATH,
-            platform=platform,
-            device="",
-            artifacts_dir=artifacts,
-            passthrough=Passthrough(),
-            timeout=300,
-        ),
-    )
-
-
 def test_runs_share_the_device_slots_one_run_per_slot(
     docker_client, base_image, settings, tmp_path
 ):
@@ -290,7 +260,9 @@ def test_runs_share_the_device_slots_one_run_per_slot(
         )
         assert wheel.ok
         runs = [
-            executor.run(example_job(wheel, base_image, settings, lib, tmp_path / f"run{i}"))
+            executor.run(
+                example_job(wheel, base_image, settings.base_image_id, lib, tmp_path / f"run{i}")
+            )
             for i in range(3)
         ]
         reports = [r.result(timeout=600) for r in runs]
@@ -312,7 +284,9 @@ def test_a_card_whose_device_node_is_gone_is_a_device_fault_of_that_card(
         wheel = executor.build(job("pypto", "1" * 40, pypto_source(1), settings, tmp_path)).result(
             timeout=600
         )
-        run = executor.run(example_job(wheel, base_image, settings, lib, tmp_path / "run", "a2a3"))
+        run = executor.run(
+            example_job(wheel, base_image, settings.base_image_id, lib, tmp_path / "run", "a2a3")
+        )
         with pytest.raises(DeviceFault) as raised:
             run.result(timeout=600)
     assert raised.value.slot is gone

@@ -33,6 +33,7 @@ from runner.sample.histories import SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
+from tests.fixtures.attempts import example_job
 from tests.fixtures.cli import BASE_IMAGE, Cli, cli, run_args
 from tests.fixtures.ray import LOOPBACK_ONLY
 from tests.fixtures.samples import SMALL
@@ -328,23 +329,8 @@ def test_a_node_that_shares_no_disk_with_the_driver_gets_sources_wheels_and_lib_
 
         artifacts = tmp_path / "runs" / "001-sample"
         report = executor.run(
-            RunJob(
-                pypto=commit,
-                simpler=None,
-                pypto_wheel=wheel.wheel,
-                simpler_wheel=None,
-                pip_wheel=None,
-                base_image=BASE_IMAGE,
-                base_image_id=settings.base_image_id,
-                run=ExampleRun(
-                    image="",
-                    lib_dir=sample.lib,
-                    script=EXAMPLE_PATH,
-                    platform="a2a3",
-                    device="0",
-                    artifacts_dir=artifacts,
-                    passthrough=Passthrough(),
-                ),
+            example_job(
+                wheel, BASE_IMAGE, settings.base_image_id, sample.lib, artifacts, "a2a3", commit
             )
         ).result(timeout=300)
     finally:
