@@ -720,11 +720,11 @@ def _overridden(
         from_env: Any = env.get(name)
         if from_env is not None and source.field_is_complex(Settings.model_fields[name]):
             from_env = json.loads(from_env)  # checked by _check_env_json
-        for hidden, template in (
-            (from_env, "{env}={value}"),
-            (in_file.get(name), "{name} = {value} in {file}"),
+        for hidden, template, where in (
+            (from_env, "{env}={value}", env_name(name)),
+            (in_file.get(name), "{name} = {value} in {file}", f"{file}: {name}"),
         ):
-            if hidden is not None and _validated(name, hidden) != ours:
+            if hidden is not None and _validated(name, hidden, where) != ours:
                 what = template.format(
                     env=env_name(name), name=name, value=_shown(hidden), file=file
                 )
@@ -732,13 +732,15 @@ def _overridden(
     return notes
 
 
-def _validated(name: str, value: Any) -> Any:
-    """`value` as the setting `name` would hold it (a list as given, a path made absolute);
-    as it is when it is not valid (a flag hid it, so it was never checked)."""
+def _validated(name: str, value: Any, where: str) -> Any:
+    """`value` as the setting `name` would hold it (a list as given, a path made absolute).
+    A flag hid it, so nothing else checks it: a wrong value is still a mistake in the file or
+    the environment, named by `where`, and would bite the next run without the flag."""
     try:
         return getattr(_absolute(Settings(**{name: value})), name)
-    except (ValidationError, SettingsError, ValueError, TypeError):
-        return value
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise BadInput(f"{where}: {message}") from None
 
 
 def _shown(value: Any) -> str:

@@ -465,3 +465,28 @@ def test_a_run_env_default_removed_stays_removed_when_the_settings_are_saved_and
     assert again.run_env == removed.run_env and again.run_digest() == removed.run_digest()
     plain = load_settings({})
     assert Settings.model_validate_json(plain.model_dump_json()).run_env == plain.run_env
+
+
+@pytest.mark.parametrize(
+    ("line", "variable", "flags", "where"),
+    [
+        ('timeout = "soon"\n', None, {"timeout": 30.0}, "c.toml: timeout"),
+        ("build_jobs = true\n", None, {"build_jobs": 2}, "c.toml: build_jobs"),
+        (
+            "",
+            ("BISECT_PRECISION_INFRA_RETRIES", "0"),
+            {"infra_retries": 2},
+            "BISECT_PRECISION_INFRA_RETRIES",
+        ),
+    ],
+)
+def test_a_wrong_value_a_flag_hides_is_still_an_error_naming_where_it_is(
+    line, variable, flags, where, tmp_path, monkeypatch
+):
+    config = tmp_path / "c.toml"
+    config.write_text(line)
+    if variable is not None:
+        monkeypatch.setenv(*variable)
+
+    with pytest.raises(BadInput, match=f"^{tmp_path / where if '.toml' in where else where}: "):
+        load_settings(flags, config)
