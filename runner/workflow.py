@@ -505,17 +505,22 @@ def run_bisect(
         return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
 
 
-def limit_notes(document: LedgerDocument, tolerance: Tolerance | None) -> list[str]:
-    """What the reports say about --max-* limits: the limits in force, and the failing runs they
-    could not judge because the example printed no figure for any of them (a format the parser
-    does not read, say), whose own FAIL then stands."""
+def limit_notes(
+    document: LedgerDocument, tolerance: Tolerance | None, in_force: bool = True
+) -> list[str]:
+    """What the reports say about --max-* limits: the limits in force (unless ``in_force`` is
+    false: a --rethreshold headline says it already), and the failing runs they could not judge
+    because the example printed no figure for any of them (a format the parser does not read,
+    say), whose own FAIL then stands."""
     if tolerance is None or not tolerance.active:
         return []
     limits = [k for k, v in tolerance.limits.items() if v is not None]
-    notes = [
-        f"verdicts judged by the limits {tolerance.describe()} on each run's figures, not by the "
-        "example's PASS/FAIL"
-    ]
+    notes = []
+    if in_force:
+        notes.append(
+            f"verdicts judged by the limits {tolerance.describe()} on each run's figures, not by "
+            "the example's PASS/FAIL"
+        )
     blind = [
         a for a in document.counted() if a.verdict is Verdict.BAD and not tolerance.reads(a.metrics)
     ]
@@ -613,8 +618,7 @@ def replay(
         outcome = _stopped_at_endpoint(inputs.good, commits, str(endpoint_error(exc)))
     judged = document.judged(session.tolerance)
     if failure is None:
-        notes = limit_notes(judged, session.tolerance)
-        outcome.notes += notes[1:] if rethreshold is not None else notes
+        outcome.notes += limit_notes(judged, session.tolerance, in_force=rethreshold is None)
     return Replay(judged, outcome, history, exporter, workdir, failure)
 
 
