@@ -9,7 +9,6 @@ through `History` and the `simpler_states` callable.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -168,6 +167,7 @@ class LevelResult:
     # What plain bisection spends at worst on the runs this level counts (its boundary may use
     # what that and the allowance leave); None: this level's endpoints and ceil(log2) steps.
     plain: int | None = None
+    good_runs: int = REPLICATE  # passes the last good commit needs (`Session._last_good_runs`)
 
     @property
     def done(self) -> bool:
@@ -243,9 +243,25 @@ class LevelResult:
             return 0
         if self.repeat is None:
             if self.belief is None:
-                return steps_left(len(self.candidates), {})
-            return max(1, math.ceil(self.belief.entropy))
+                return steps_left(len(self.candidates), {}) + self._reruns
+            return self._confidence_steps_left(self.belief)
         return steps_left(len(self.candidates), self.verdicts) * self.repeat
+
+    def _confidence_steps_left(self, belief: Belief) -> int:
+        """The confidence search's tests still to come: the bits left to learn, then the
+        boundary's re-runs; once the likeliest block holds half the probability and both sides
+        of its boundary have run, the runs that boundary still needs (`boundary_runs`)."""
+        first, last, mass = belief.top_block
+        sides = (first - 1, last)
+        if mass >= 0.5 and all(i in belief.tallies or i in (0, belief.count - 1) for i in sides):
+            return max(1, len(boundary_runs(belief, self.good_runs, self.plain)))
+        return max(1, round(belief.entropy)) + self._reruns
+
+    @property
+    def _reruns(self) -> int:
+        """What a boundary found by bisection usually needs after it: each side's runs up to
+        `REPLICATE`, and the last good commit's up to `good_runs`."""
+        return 2 * (REPLICATE - 1) + self.good_runs - REPLICATE
 
 
 def _verdicts(
@@ -850,7 +866,13 @@ class Session:
 
     def run(self) -> Outcome:
         commits = self.history.first_parent_range(self.good, self.bad)
-        first = LevelResult("pypto", [self.good, *commits], repeat=self.repeat, policy=self.policy)
+        first = LevelResult(
+            "pypto",
+            [self.good, *commits],
+            repeat=self.repeat,
+            policy=self.policy,
+            good_runs=self._last_good_runs,
+        )
         self._gitlinks.update(self.history.gitlinks(first.candidates, self.path))
         self._partial = Outcome("inconclusive", first)
         try:
@@ -924,6 +946,7 @@ class Session:
             policy=self.policy,
             prior=FlakePrior(evidence=evidence(first.observations, first.found)),
             plain=0,  # level one's boundary spent the allowance
+            good_runs=self._last_good_runs,
         )
         outcome.simpler = second
         outcome.source = "simpler"
@@ -1173,7 +1196,12 @@ class Session:
         second = None
         if anchor is not None:
             second = LevelResult(
-                "simpler", states, anchor=anchor, repeat=self.repeat, policy=self.policy
+                "simpler",
+                states,
+                anchor=anchor,
+                repeat=self.repeat,
+                policy=self.policy,
+                good_runs=self._last_good_runs,
             )
             outcome.simpler = second
             outcome.source = "simpler"
@@ -1282,6 +1310,7 @@ class Session:
             weights=weights,
             pairs={label: pairs[0] for label, pairs in zip(labels, links, strict=True)},
             plain=plain,
+            good_runs=self._last_good_runs,
         )
         return _Chain(result, links, origin, at_state)
 

@@ -1030,17 +1030,22 @@ class Steps(QuietEvents):
         self.totals.append((level, done + left))
 
 
-def test_the_step_estimate_counts_the_endpoint_checks_from_the_first_step(sample_factory):
+def test_the_step_estimate_counts_the_endpoint_checks_and_the_boundary_from_the_first_step(
+    sample_factory,
+):
     """A deterministic pypto regression: the estimate shown at the first step ("1/~N") is what
-    the endpoints and plain bisection take, and it does not grow while the endpoints run."""
+    the endpoints, plain bisection and the boundary's re-runs take, and it does not grow while
+    the endpoints run nor while the boundary is re-run."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
     events = Steps()
 
-    bisect(sample, events=events)
+    _, tester = bisect(sample, events=events)
 
     pypto = [total for level, total in events.totals if level == "pypto"]
-    assert pypto[0] == 2 + math.ceil(math.log2(len(sample.pypto_shas) - 1))
+    assert pypto[0] == 2 + math.ceil(math.log2(len(sample.pypto_shas) - 1)) + 3
     assert pypto[:3] == [pypto[0]] * 3, pypto
+    assert len(tester.tested) in (pypto[0], pypto[-1]), pypto
+    assert max(pypto) - min(pypto) <= 1, pypto
 
 
 def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_factory):
