@@ -528,6 +528,7 @@ def run(
 ) -> None:
     """Bisect pypto (and simpler inside a culprit bump), resuming from the ledger."""
     from runner.progress import ConsoleProgress
+    from runner.report import strict_json
     from runner.workflow import run_bisect
 
     verdict = {"good": verdict_good or None, "bad": verdict_bad or None}
@@ -599,10 +600,10 @@ def run(
                 )
             except EndpointsDoNotReproduce as stop:
                 if json_out and stop.report is not None:  # CI reads stdout whatever the exit
-                    OUT.print_json(data=stop.report)
+                    OUT.print_json(data=strict_json(stop.report))
                 raise
     if json_out:
-        OUT.print_json(data=result.report)
+        OUT.print_json(data=strict_json(result.report))
     else:
         _print_summary(result.report, result.report_md)
     raise typer.Exit(result.outcome.exit_code)
@@ -880,6 +881,7 @@ def report(
 ) -> None:
     """Rewrite report.md and report.json from the ledger and print the report (an earlier
     session's go to sessions/NAME/ in the workdir)."""
+    from runner.report import strict_json
     from runner.verdict import Tolerance
     from runner.workflow import rewrite_reports
 
@@ -901,7 +903,7 @@ def report(
                 aside=Path(aside),
             )
             if json_out:
-                OUT.print_json(data=result.report)
+                OUT.print_json(data=strict_json(result.report))
             else:
                 OUT.print(result.report_md.read_text(), markup=False)
 

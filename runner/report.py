@@ -7,6 +7,7 @@ gathered by the caller, so `report` can rewrite both files at any time without r
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -897,6 +898,19 @@ def _build_environments(steps: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def strict_json(data: Any) -> Any:
+    """`data` with every NaN and infinity as the strings "NaN", "Infinity", "-Infinity": a
+    precision figure can be either, and strict JSON readers (jq, JavaScript, CI) refuse the bare
+    constants Python writes for them."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return "NaN" if math.isnan(data) else ("Infinity" if data > 0 else "-Infinity")
+    if isinstance(data, dict):
+        return {key: strict_json(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict_json(value) for value in data]
+    return data
+
+
 def write_reports(
     workdir: Path, doc: LedgerDocument, outcome: Outcome, facts: ReportFacts
 ) -> tuple[Path, Path, dict[str, Any]]:
@@ -910,7 +924,7 @@ def write_reports(
         (workdir / PLOT_NAME).unlink(missing_ok=True)
     data = build_json(doc, outcome, facts)
     for path, text in (
-        (json_path, json.dumps(data, indent=2) + "\n"),
+        (json_path, json.dumps(strict_json(data), indent=2, allow_nan=False) + "\n"),
         (md_path, build_markdown(doc, outcome, facts, data)),
     ):
         tmp = path.with_suffix(path.suffix + ".tmp")

@@ -180,17 +180,21 @@ class Tolerance:
         figures = self._figures(metrics)
         if any(math.isnan(value) or value > limit for _, value, limit in figures):
             return Verdict.BAD
-        if figures or verdict is Verdict.GOOD:
-            return Verdict.GOOD
-        return verdict
+        if verdict is Verdict.BAD and not self.reads(metrics):
+            return verdict  # a failing tensor printed no figure: its FAIL cannot be re-judged
+        return Verdict.GOOD
 
     def describe(self) -> str:
         """The limits in force, as "max_abs_diff <= 0.001, max_rel_diff <= 0.5"."""
         return ", ".join(f"{k} <= {v:g}" for k, v in self.limits.items() if v is not None)
 
     def reads(self, metrics: Mapping[str, MetricValue]) -> bool:
-        """Whether a run's figures include one for any of these limits."""
-        return bool(self._figures(metrics))
+        """Whether these limits can judge a run: it printed a figure for one of them for each
+        failing tensor (one tensor printing a figure says nothing of another that printed
+        none, a shape mismatch say)."""
+        failing = metrics.get("failed_tensor_count", 1)
+        counts = [_figure_count(metrics, key) for key, _value, _limit in self._figures(metrics)]
+        return bool(counts) and max(counts) >= (failing if isinstance(failing, int) else 1)
 
     def breach(self, metrics: Mapping[str, MetricValue]) -> str | None:
         """The first limit the figures exceed, as "max_abs_diff 0.002 > 0.001"; None when none."""
@@ -221,12 +225,26 @@ class Tolerance:
 
 
 def _figure(metrics: Mapping[str, MetricValue], key: str) -> float | None:
-    value = metrics.get(key)
-    if key == "mismatch_ratio" and value is None and "ratio_pct" in metrics:
-        value = float(metrics["ratio_pct"]) / 100  # the ratio comparator reports percent
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """The run's worst value of a limited figure; the mismatch ratio is the worse of the
+    allclose comparator's and the ratio comparator's (which reports percent), as several
+    tensors may fail under either."""
+    values = [metrics.get(key)]
+    if key == "mismatch_ratio" and _is_number(metrics.get("ratio_pct")):
+        values.append(float(metrics["ratio_pct"]) / 100)
+    numbers = [float(v) for v in values if _is_number(v)]
+    if not numbers:
         return None
-    return float(value)
+    return next((v for v in numbers if math.isnan(v)), max(numbers))
+
+
+def _figure_count(metrics: Mapping[str, MetricValue], key: str) -> int:
+    """How many tensors printed the figure `key` (recorded from two up; older ledgers: one)."""
+    count = metrics.get(f"{key}_count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 1
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def clean_output(output: str) -> str:
@@ -329,12 +347,15 @@ def _parse_clean(text: str) -> dict[str, MetricValue]:
         _put_first(metrics, "rtol", _RTOL, (text,))
         _put_first(metrics, "atol", _ATOL, (text,))
 
+    counts = {"mismatch_ratio": blocks, "max_abs_diff": 0, "max_rel_diff": 0}
     worst_abs: tuple[float, str | None, str | None] | None = None
     for match in _MAX_ABS.finditer(text):
+        counts["max_abs_diff"] += 1
         value = float(match.group(1))
         if worst_abs is None or _bigger(value, worst_abs[0]):
             worst_abs = (value, match.group(2), match.group(3))
     for match in _NUMPY_MAX_ABS.finditer(text):
+        counts["max_abs_diff"] += 1
         value = float(match.group(1))
         if worst_abs is None or _bigger(value, worst_abs[0]):
             worst_abs = (value, None, None)
@@ -349,6 +370,7 @@ def _parse_clean(text: str) -> dict[str, MetricValue]:
     worst_rel: float | None = None
     for pattern in (_MAX_REL, _NUMPY_MAX_REL):
         for match in pattern.finditer(text):
+            counts["max_rel_diff"] += 1
             value = float(match.group(1))
             if worst_rel is None or _bigger(value, worst_rel):
                 worst_rel = value
@@ -368,6 +390,9 @@ def _parse_clean(text: str) -> dict[str, MetricValue]:
         metrics["failed_tensors"] = ",".join(names)
     if names or blocks > 1:
         metrics["failed_tensor_count"] = max(len(names), blocks)
+    # How many tensors printed each limited figure, so that limits judge a run only when
+    # every failing tensor printed one (`Tolerance.reads`); one is the default.
+    metrics.update({f"{key}_count": n for key, n in counts.items() if n > 1})
 
     seconds = _RUN_SECONDS.findall(text)
     if seconds:

@@ -494,3 +494,42 @@ def test_a_device_fault_is_named_by_its_whole_line():
     why = infrastructure_fault(1, output)
     assert why == "hit a device or machine fault ([ERROR] aclInit failed: /dev/davinci1 not found)"
     assert infrastructure_fault(1, "does not match golden: [out]") is None
+
+
+MIXED_COMPARATORS = (
+    "[RUN]   'a' FAIL  shape=(64, 64) dtype=float32 (allclose)\n"
+    "[RUN]   'b' FAIL  shape=(64, 64) dtype=bfloat16 (ratio_allclose)\n"
+    "Output(s) does not match golden: ['a', 'b']\n"
+    "Mismatched elements: 1/4096  rtol=1e-05 atol=1e-05\n"
+    "ratio_allclose fail: error_count=2048/4096 (ratio=50.00%, allowed<=0.50%, threshold=4 pts)\n"
+)
+ONE_TENSOR_WITHOUT_A_FIGURE = (
+    "[RUN]   'q' FAIL  shape=(8,) dtype=float32 (shape mismatch: got (4,))\n"
+    "[RUN]   'k' FAIL  shape=(64, 64) dtype=float32 (allclose)\n"
+    "Output(s) does not match golden: ['q', 'k']\n"
+    "Mismatched elements: 1/4096  rtol=1e-05 atol=1e-05\n"
+)
+
+
+def test_the_mismatch_limit_takes_the_worse_of_both_comparators_over_every_tensor() -> None:
+    outcome = judge(1, MIXED_COMPARATORS)
+    limits = Tolerance(max_mismatch_ratio=0.01)
+
+    assert outcome.metrics["mismatch_ratio_count"] == 2
+    assert limits.apply(outcome.verdict, outcome.metrics) is Verdict.BAD
+    assert limits.breach(outcome.metrics) == "mismatch_ratio 0.5 > 0.01"
+    assert Tolerance(max_mismatch_ratio=0.6).apply(Verdict.BAD, outcome.metrics) is Verdict.GOOD
+
+
+def test_a_failing_tensor_without_a_figure_keeps_the_examples_fail_under_limits() -> None:
+    outcome = judge(1, ONE_TENSOR_WITHOUT_A_FIGURE)
+    limits = Tolerance(max_mismatch_ratio=0.01)
+
+    assert outcome.metrics["failed_tensor_count"] == 2
+    assert not limits.reads(outcome.metrics)
+    assert limits.apply(outcome.verdict, outcome.metrics) is Verdict.BAD
+    assert limits.judge(outcome.verdict, outcome.reason, outcome.metrics)[1] == outcome.reason
+    both = judge(1, ONE_TENSOR_WITHOUT_A_FIGURE + "Mismatched elements: 2/8  rtol=0 atol=0\n")
+    assert limits.reads(both.metrics)
+    assert limits.apply(both.verdict, both.metrics) is Verdict.BAD  # 2/8 > 1 %
+    assert Tolerance(max_mismatch_ratio=0.3).apply(Verdict.BAD, both.metrics) is Verdict.GOOD
