@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.ledger import Attempt
+from runner.verdict import printed_failure
 
 FIGURES = ("mismatch_ratio", "max_abs_diff", "max_rel_diff", "ratio_pct")
 
@@ -26,6 +28,7 @@ class Point:
     sha: str
     verdicts: list[str] = field(default_factory=list)
     values: dict[str, list[float]] = field(default_factory=dict)
+    marks: dict[str, list[str]] = field(default_factory=dict)  # each value's run's verdict
 
 
 def series(
@@ -37,7 +40,8 @@ def series(
     attempts counts; with it, a candidate's points are the attempts whose run ids `runs` gives
     for its index: the ones its level's model counted (a simpler state's runs with another pypto
     commit are not its figures). A passing run without figures counts as 0 for the difference
-    figures, as the example compared and found nothing beyond tolerance to print."""
+    figures, as the example compared and found nothing beyond tolerance to print; a run that
+    printed a failure has no value for a figure it did not print, whatever limits judged it."""
     if runs is None:
         order = {sha: i for i, sha in enumerate(candidates)}
         chosen = [(order[a.pypto_sha], a) for a in attempts if a.pypto_sha in order]
@@ -48,13 +52,24 @@ def series(
     for index, attempt in chosen:
         point = points.setdefault(index, Point(index, candidates[index]))
         point.verdicts.append(attempt.verdict.value)
+        clean = attempt.verdict.value == "good" and not printed_failure(attempt.metrics)
         for name in FIGURES:
             value = attempt.metrics.get(name)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                point.values.setdefault(name, []).append(float(value))
-            elif attempt.verdict.value == "good" and name != "ratio_pct":
-                point.values.setdefault(name, []).append(0.0)
+                value = float(value)
+            elif clean and name != "ratio_pct":
+                value = 0.0
+            else:
+                continue
+            point.values.setdefault(name, []).append(value)
+            point.marks.setdefault(name, []).append(attempt.verdict.value)
     return [points[i] for i in sorted(points)]
+
+
+def _finite_mean(values: Sequence[float] | None) -> float | None:
+    """The mean of a commit's finite values for the line through the points; None without."""
+    finite = [v for v in values or [] if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def present(points: Sequence[Point]) -> list[str]:
@@ -91,17 +106,31 @@ def plot(levels: Sequence[tuple[str, Sequence[Point], int | None]], path: Path) 
                 ax.axis("off")
                 continue
             name = names[c]
-            xs, ys, colors = [], [], []
+            xs, ys, colors, off = [], [], [], []
             for p in pts:
-                for value, verdict in zip(p.values.get(name, []), p.verdicts, strict=False):
+                for value, verdict in zip(
+                    p.values.get(name, []), p.marks.get(name, []), strict=True
+                ):
+                    if not math.isfinite(value):  # NaN or infinity: off the scale, marked on top
+                        off.append((p.index, "nan" if math.isnan(value) else "inf"))
+                        continue
                     xs.append(p.index)
                     ys.append(value)
                     colors.append("tab:red" if verdict == "bad" else "tab:green")
             ax.scatter(xs, ys, c=colors, s=18, zorder=3)
+            for x, label in off:
+                ax.scatter(
+                    [x], [0.97], marker="^", color="tab:red", s=30, zorder=3,
+                    transform=ax.get_xaxis_transform(), clip_on=False,
+                )  # fmt: skip
+                ax.annotate(
+                    label, (x, 0.97), xycoords=("data", "axes fraction"), xytext=(4, -3),
+                    textcoords="offset points", color="tab:red", fontsize=7,
+                )  # fmt: skip
             means = [
-                (p.index, sum(p.values[name]) / len(p.values[name]))
+                (p.index, mean)
                 for p in pts
-                if p.values.get(name)
+                if (mean := _finite_mean(p.values.get(name))) is not None
             ]
             if means:
                 ax.plot(*zip(*means, strict=True), color="grey", linewidth=1, zorder=2)

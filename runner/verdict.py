@@ -237,6 +237,11 @@ def _figure(metrics: Mapping[str, MetricValue], key: str) -> float | None:
     return next((v for v in numbers if math.isnan(v)), max(numbers))
 
 
+def printed_failure(metrics: Mapping[str, MetricValue]) -> bool:
+    """Whether a run's output showed a golden mismatch (whatever limits made of it later)."""
+    return any(key in metrics for key in ("mismatched", "ratio_error_count", "failed_tensors"))
+
+
 def _figure_count(metrics: Mapping[str, MetricValue], key: str) -> int:
     """How many tensors printed the figure `key` (recorded from two up; older ledgers: one)."""
     count = metrics.get(f"{key}_count", 1)

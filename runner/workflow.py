@@ -511,7 +511,7 @@ def limit_notes(
     """What the reports say about --max-* limits: the limits in force (unless ``in_force`` is
     false: a --rethreshold headline says it already), and the failing runs they could not judge
     because the example printed no figure for any of them (a format the parser does not read,
-    say), whose own FAIL then stands."""
+    say), or none for one of several failing tensors, whose own FAIL then stands."""
     if tolerance is None or not tolerance.active:
         return []
     limits = [k for k, v in tolerance.limits.items() if v is not None]
@@ -527,7 +527,8 @@ def limit_notes(
     if blind:
         notes.append(
             f"{counted(len(blind), 'failing run')} printed no figure for "
-            f"{' or '.join(limits)}, so the limits could not judge them and the example's own "
+            f"{' or '.join(limits)} (for some failing tensor, or at all), so the limits could not "
+            "judge them and the example's own "
             f"FAIL stands (first: {blind[0].run_id}); check that its output prints the mismatch "
             "figures the reports list"
         )

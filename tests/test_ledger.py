@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import signal
@@ -973,6 +974,12 @@ def test_the_reports_name_the_limits_and_the_failures_they_could_not_judge(tmp_p
         make_attempt("002", sha(2), verdict=Verdict.BAD, metrics={"note": "max error 1e-4"}),
         make_attempt("003", sha(3), verdict=Verdict.BAD, metrics={}),
         make_attempt("004", sha(4), verdict=Verdict.GOOD, metrics={}),
+        make_attempt(
+            "005",
+            sha(5),
+            verdict=Verdict.BAD,
+            metrics={"max_abs_diff": 1e-4, "failed_tensor_count": 2},
+        ),
     ]
     doc = LedgerDocument(
         tool_version="0.1.0", created_at=T0, inputs=make_inputs(tmp_path), attempts=attempts
@@ -984,9 +991,9 @@ def test_the_reports_name_the_limits_and_the_failures_they_could_not_judge(tmp_p
     assert notes == [
         "verdicts judged by the limits max_abs_diff <= 0.001, max_rel_diff <= 0.5 on each run's "
         "figures, not by the example's PASS/FAIL",
-        "2 failing runs printed no figure for max_abs_diff or max_rel_diff, so the limits could "
-        "not judge them and the example's own FAIL stands (first: 002); check that its output "
-        "prints the mismatch figures the reports list",
+        "3 failing runs printed no figure for max_abs_diff or max_rel_diff (for some failing "
+        "tensor, or at all), so the limits could not judge them and the example's own FAIL "
+        "stands (first: 002); check that its output prints the mismatch figures the reports list",
     ]
     assert limit_notes(doc, Tolerance()) == [] and limit_notes(doc, None) == []
 
@@ -1031,3 +1038,27 @@ def test_a_card_an_earlier_run_took_out_is_reported_as_such(tmp_path) -> None:
     assert any(
         n.startswith("device 2 was taken out of the pool: the example run of def") for n in notes
     ), notes
+
+
+def test_report_json_is_strict_json_when_a_figure_is_nan_or_infinite(tmp_path) -> None:
+    from runner.report import ReportFacts, write_reports
+    from runner.session import LevelResult, Outcome
+
+    attempts = [
+        make_attempt("001", sha(1), verdict=Verdict.BAD, metrics={"max_abs_diff": math.nan}),
+        make_attempt("002", sha(2), verdict=Verdict.BAD, metrics={"max_abs_diff": math.inf}),
+    ]
+    doc = LedgerDocument(
+        tool_version="0.1.0", created_at=T0, inputs=make_inputs(tmp_path), attempts=attempts
+    )
+    outcome = Outcome("inconclusive", LevelResult("pypto", [doc.inputs.good, doc.inputs.bad]))
+
+    json_path, md_path, _data = write_reports(tmp_path / "w", doc, outcome, ReportFacts())
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    data = json.loads(json_path.read_text(), parse_constant=refuse)
+    figures = [step["metrics"]["max_abs_diff"] for step in data["steps"]]
+    assert figures == ["NaN", "Infinity"]
+    assert md_path.is_file()

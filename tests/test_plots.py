@@ -77,3 +77,56 @@ def test_commit_order_is_marked_in_whole_commits(tmp_path, monkeypatch):
     [ax] = [a for a in figure.axes if a.get_visible() and a.axison]
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_a_failing_run_limits_judged_good_has_no_zero_for_a_figure_it_did_not_print():
+    """--max-mismatch-ratio re-judged a failing run good: it printed a mismatch ratio and no
+    max abs diff, so the table must not show it a 0 for the latter."""
+    runs = [
+        attempt(0, 0, Verdict.GOOD),
+        recorded(
+            "001",
+            pypto=SHAS[1],
+            verdict=Verdict.GOOD,
+            metrics={"mismatch_ratio": 0.004, "mismatched": 16, "max_abs_diff_count": 2},
+        ),
+        attempt(2, 2, Verdict.BAD, max_abs_diff=0.5, mismatch_ratio=0.5),
+    ]
+
+    points = series(runs, SHAS)
+
+    assert points[0].values == {
+        "mismatch_ratio": [0.0],
+        "max_abs_diff": [0.0],
+        "max_rel_diff": [0.0],
+    }
+    assert points[1].values == {"mismatch_ratio": [0.004]}
+    assert points[1].marks == {"mismatch_ratio": ["good"]}
+
+
+def test_nan_and_infinite_figures_are_drawn_on_top_of_the_plot(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args, **kwargs) -> None:
+        drawn.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    runs = [
+        attempt(0, 0, Verdict.GOOD, max_abs_diff=0.001),
+        attempt(1, 1, Verdict.GOOD, max_abs_diff=0.002),
+        attempt(2, 2, Verdict.BAD, max_abs_diff=float("nan")),
+        attempt(3, 3, Verdict.BAD, max_abs_diff=float("inf")),
+    ]
+
+    plot([("pypto", series(runs, SHAS), 2)], tmp_path / "metrics.png")
+
+    [figure] = drawn
+    [ax] = [a for a in figure.axes if a.get_visible() and a.axison]
+    texts = {t.get_text() for t in ax.texts}
+    assert {"nan", "inf"} <= texts
+    marked = [tuple(p) for c in ax.collections for p in c.get_offsets()]
+    assert (2.0, 0.97) in marked and (3.0, 0.97) in marked
