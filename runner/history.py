@@ -85,6 +85,13 @@ def _first_parent_chain(runner: Git, tip: str, stop: str) -> list[str] | None:
     return [line.split()[0] for line in lines]
 
 
+def readable(text: str) -> str:
+    """Git's text for people (subjects, names, diffs): bytes that are not UTF-8 (a commit
+    message in another encoding without its header, a Latin-1 source file) become U+FFFD, as
+    `git log` shows them; git output keeps them escaped otherwise, for paths."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class History:
     """One repository's history, asked about by commit."""
 
@@ -205,7 +212,7 @@ class History:
         return (touched, pinned) if pinned is not None else None
 
     def subject(self, commit: str) -> str:
-        return self._run("log", "-1", "--format=%s", commit, "--", rev=commit)
+        return readable(self._run("log", "-1", "--format=%s", commit, "--", rev=commit))
 
     def subjects(self, commits: Collection[str]) -> dict[str, str]:
         """The subject line of each commit, in one git call (unknown commits are left out)."""
@@ -218,12 +225,19 @@ class History:
         except GitFailed:
             return {}
         pairs = (line.split("\0", 1) for line in shown.splitlines() if "\0" in line)
-        return {sha: subject for sha, subject in pairs}
+        return {sha: readable(subject) for sha, subject in pairs}
 
     def commit_info(self, commit: str) -> CommitInfo:
         shown = self._run("log", "-1", f"--format={_INFO_FORMAT}", commit, "--", rev=commit)
         sha, subject, author, email, date, parents = shown.split("\0")
-        return CommitInfo(sha, subject, author, email, date, (parents.split() or [None])[0])
+        return CommitInfo(
+            sha,
+            readable(subject),
+            readable(author),
+            readable(email),
+            date,
+            (parents.split() or [None])[0],
+        )
 
     def parent(self, commit: str) -> str | None:
         """First parent, or None for a root commit."""
@@ -231,12 +245,16 @@ class History:
 
     def stat(self, commit: str) -> str:
         """`git show --stat` against the first parent, for the report."""
-        return self._run("show", "--first-parent", "--stat", "--format=", commit, "--", rev=commit)
+        return readable(
+            self._run("show", "--first-parent", "--stat", "--format=", commit, "--", rev=commit)
+        )
 
     def patch(self, commit: str) -> str:
         """The commit's diff against its first parent, for picking precision-relevant hunks."""
-        return self._run(
-            "show", "--first-parent", "--format=", "--no-color", "-U3", commit, "--", rev=commit
+        return readable(
+            self._run(
+                "show", "--first-parent", "--format=", "--no-color", "-U3", commit, "--", rev=commit
+            )
         )
 
     def merged(self, commit: str) -> Merged | None:

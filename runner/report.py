@@ -928,6 +928,6 @@ def write_reports(
         (md_path, build_markdown(doc, outcome, facts, data)),
     ):
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8", errors="replace")  # never half-written for a byte
         tmp.replace(path)
     return json_path, md_path, data

@@ -511,3 +511,34 @@ def test_compile_work_goes_into_the_unit_each_commit_changes_and_differs_per_com
     write_simpler(tmp_path / "simpler3", revision=5, native=True)  # work taken out again
     assert not (tmp_path / "simpler3" / "src" / "tuning.cpp").exists()
     assert "tuning.cpp" not in (tmp_path / "simpler3" / "CMakeLists.txt").read_text()
+
+
+def test_text_that_is_not_utf8_reads_as_git_log_shows_it_and_writes_into_a_report(tmp_path):
+    """A Latin-1 commit message without an encoding header, and a Latin-1 source line in its
+    diff: the report's text must be writable UTF-8 (it stopped the run after the bisect)."""
+    repo = tmp_path / "pypto"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.py").write_bytes(b"x = 1\n")
+    git(repo, "add", "a.py")
+    git(repo, "commit", "-q", "-m", "start")
+    (repo / "a.py").write_bytes(b"x = 2  # na\xefve\n")
+    git(repo, "add", "a.py")
+    message = tmp_path / "message"
+    message.write_bytes(b"fix: caf\xe9 na\xefve\n")
+    git(repo, "-c", "i18n.commitEncoding=", "commit", "-q", "-F", str(message))
+    history = History(repo)
+    head = history.resolve("HEAD")
+
+    texts = [
+        history.subject(head),
+        history.subjects([head])[head],
+        history.commit_info(head).subject,
+        history.patch(head),
+        history.stat(head),
+    ]
+
+    assert texts[0] == texts[1] == texts[2] == "fix: caf\ufffd na\ufffdve"
+    assert "na\ufffdve" in texts[3]
+    for text in texts:
+        text.encode("utf-8")  # strict: no escaped byte left
