@@ -619,7 +619,7 @@ class SourceExporter:
             if full in skip:
                 used.add(full)
                 continue
-            entry = entries.get(path) or SubmoduleEntry(name=path, path=path, url=None)
+            entry = entries.get(path) or self._unnamed(repo, path)
             child = self._child(repo, entry, full)
             if full in overrides:
                 used.add(full)
@@ -699,11 +699,20 @@ class SourceExporter:
                 key=len,
                 default=None,
             )
-            if match is None:
-                raise BadInput(
-                    f"{path} is not a submodule at superproject commit {at_sha[:12]} "
-                    "(no .gitmodules entry has that path); check the path or pass another commit"
+            if match is None:  # a gitlink .gitmodules does not name (git itself warns, no more)
+                linked = [p for p, _ in self._listed(repo, sha)]
+                match = max(
+                    (p for p in linked if remaining == p or remaining.startswith(p + "/")),
+                    key=len,
+                    default=None,
                 )
+                if match is None:
+                    raise BadInput(
+                        f"{path} is not a submodule at superproject commit {at_sha[:12]} "
+                        "(no gitlink or .gitmodules entry has that path); check the path or pass "
+                        "another commit"
+                    )
+                entries = {match: self._unnamed(repo, match)}
             walked = f"{walked}/{match}" if walked else match
             child = self._child(repo, entries[match], walked)
             self._ensure_mirror(child)
@@ -717,6 +726,16 @@ class SourceExporter:
                 raise BadInput(f"{walked} is not a submodule at superproject commit {at_sha[:12]}")
             self._require_commit(child, pinned)
             repo, sha, remaining = child, pinned, remaining[len(match) + 1 :]
+
+    def _unnamed(self, repo: _Repo, path: str) -> SubmoduleEntry:
+        """The entry of a gitlink that `.gitmodules` does not name at its commit (a commit
+        that dropped or broke the file): the newest entry the superproject's history gives
+        that path, so its objects are looked for under the same name; else the path as name."""
+        if repo is self._top:
+            entry = self._gitmodules(repo, self._newest_with(path)).get(path)
+            if entry is not None:
+                return entry
+        return SubmoduleEntry(name=path, path=path, url=None)
 
     def _newest_with(self, path: str) -> str:
         """The newest superproject commit (from HEAD) whose .gitmodules names `path`'s submodule."""

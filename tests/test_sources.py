@@ -658,3 +658,28 @@ def test_skip_takes_pypto_revisions_and_simpler_commits_and_names_what_it_cannot
             exporter,
             (sample.pypto_shas[0], sample.pypto_shas[-1]),
         )
+
+
+def test_a_commit_whose_gitmodules_lost_the_runtime_still_exports_it_by_its_gitlink(
+    sample: Sample, tmp_path: Path
+) -> None:
+    """A commit dropped .gitmodules but kept the gitlinks (a later one restores it): the build
+    of that commit must still find simpler under the name the rest of the history gives it."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(sample.pypto, copy, symlinks=True)
+    git(copy, "rm", "-q", "--cached", ".gitmodules")
+    git(copy, "commit", "-q", "-m", "drop .gitmodules by mistake")
+    broken = git(copy, "rev-parse", "HEAD")
+    pinned = sample.gitlink(len(sample.pypto_shas) - 1)
+    exporter = SourceExporter(copy, tmp_path / "cache")
+
+    whole = exporter.export(broken, tmp_path / "whole")
+    alone = exporter.export_submodule(
+        RUNTIME_PATH, sample.simpler_shas[2], tmp_path / "alone", at=broken
+    )
+
+    assert whole.submodules[RUNTIME_PATH] == pinned
+    assert_exported(whole.dest / RUNTIME_PATH, sample.mirrors["simpler"], pinned)
+    assert_exported(alone.dest, sample.mirrors["simpler"], sample.simpler_shas[2])
+    with pytest.raises(BadInput, match=r"no gitlink or \.gitmodules entry"):
+        exporter.export_submodule("docs", sample.simpler_shas[2], tmp_path / "x", at=broken)
