@@ -45,6 +45,7 @@ BUILD_OUTPUT = f"{RUN_MOUNT}/build_output"
 
 _POLL_SECONDS = 0.2  # how quickly a Ctrl-C or a failing echo stops the wait
 _GRACE_SECONDS = 10.0  # how long to wait for the engine to confirm a kill or flush the logs
+_LINE_LIMIT = 1 << 20  # characters of one unfinished line held before they are passed on
 ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
 
 
@@ -476,7 +477,11 @@ def _create_arguments(spec: ContainerSpec, name: str) -> dict[str, Any]:
 
 
 class _LogPump(threading.Thread):
-    """Copies the container's combined output to the log file and `echo`, line by line."""
+    """Copies the container's combined output to the log file and `echo`, line by line.
+
+    Linear in the output however it is cut: a 50 MB progress bar without a newline used to be
+    split again on every chunk. Once `abandon`ed (the stream stalled after the container
+    exited), it writes nothing more: `read_back` owns the log from then on."""
 
     def __init__(
         self,
@@ -491,24 +496,38 @@ class _LogPump(threading.Thread):
         self.echo = echo
         self.wake = wake
         self.chunks: list[str] = []
+        self.received = 0  # characters read from the stream so far: the drain's progress
         self.echo_error: BaseException | None = None
         self.stream_error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False
 
     def run(self) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = ""
+        pending: list[str] = []  # the line being read, in pieces
+        pending_size = 0
         try:
             # A log that cannot be written (a full disk) is the run's error, raised by the
             # caller as any other: not a traceback from this thread.
             with self.log_path.open("w", encoding="utf-8") as log:
                 for chunk in self.container.logs(stream=True, follow=True):
-                    pending += decoder.decode(chunk)
-                    *lines, pending = pending.split("\n")
-                    for line in lines:
-                        self._emit(log, line + "\n")
-                pending += decoder.decode(b"", final=True)
-                if pending:
-                    self._emit(log, pending)
+                    text = decoder.decode(chunk)
+                    self.received += len(text)
+                    cut = text.rfind("\n")
+                    if cut < 0 and pending_size + len(text) < _LINE_LIMIT:
+                        pending.append(text)
+                        pending_size += len(text)
+                        continue
+                    if cut < 0:  # one endless line: pass it on in pieces
+                        self._emit(log, "".join([*pending, text]))
+                        pending, pending_size = [], 0
+                        continue
+                    self._emit(log, "".join([*pending, text[: cut + 1]]))
+                    rest = text[cut + 1 :]
+                    pending, pending_size = ([rest], len(rest)) if rest else ([], 0)
+                pending.append(decoder.decode(b"", final=True))
+                if "".join(pending):
+                    self._emit(log, "".join(pending))
         except _EchoFailed:
             pass
         except Exception as exc:
@@ -517,12 +536,16 @@ class _LogPump(threading.Thread):
             self.wake.set()
 
     def _emit(self, log: Any, text: str) -> None:
-        self.chunks.append(text)
-        log.write(text)
-        log.flush()
+        with self._lock:
+            if self._abandoned:
+                return
+            self.chunks.append(text)
+            log.write(text)
+            log.flush()
         if self.echo is not None:
             try:
-                self.echo(text.rstrip("\n"))
+                for line in text.splitlines():
+                    self.echo(line)
             except BaseException as exc:
                 self.echo_error = exc
                 raise _EchoFailed from exc
@@ -535,12 +558,18 @@ class _LogPump(threading.Thread):
         have = self.output
         if len(full) <= len(have) or not full.startswith(have):
             return
-        with self.log_path.open("a", encoding="utf-8") as log:
-            try:
-                for line in full[len(have) :].splitlines(keepends=True):
-                    self._emit(log, line)
-            except _EchoFailed:
-                pass
+        with self.log_path.open("a", encoding="utf-8") as log, contextlib.suppress(_EchoFailed):
+            self._emit(log, full[len(have) :])
+
+    def read_back(self) -> None:
+        """The whole output read again from the engine, into the log and `output`, when the
+        stream stalled after the container exited (the pump writes nothing from here on): a
+        verdict must never come from part of the output."""
+        with self._lock:
+            self._abandoned = True
+        full = self.container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+        self.log_path.write_text(full, encoding="utf-8")
+        self.chunks = [full]
 
     @property
     def output(self) -> str:
@@ -602,7 +631,12 @@ def _supervise(
         wake.wait(_POLL_SECONDS)
         wake.clear()
     seconds = time.monotonic() - started
-    pump.join(_GRACE_SECONDS)
+    # The stream can lag the exit by a lot of output: wait while it still brings some.
+    while pump.is_alive():
+        before = pump.received
+        pump.join(_GRACE_SECONDS)
+        if pump.received == before:
+            break
     if pump.echo_error is not None:
         raise pump.echo_error
     if waiter.error is not None and not timed_out:
@@ -613,6 +647,14 @@ def _supervise(
         pump.catch_up()
         if pump.echo_error is not None:
             raise pump.echo_error
+    elif pump.is_alive() and not timed_out:
+        try:
+            pump.read_back()
+        except ENGINE_ERRORS as exc:
+            raise InfrastructureError(
+                f"the output of {container.name} stopped coming after it exited and could not "
+                f"be read back ({_one_line(exc)}); not a verdict"
+            ) from exc
     container.reload()
     state = container.attrs.get("State", {})
     exit_code = None

@@ -607,3 +607,40 @@ def test_a_missing_example_is_reported_before_any_container(tmp_path):
     with pytest.raises(BadInput, match="not found in"):
         run_example(None, run)  # type: ignore[arg-type]
     assert not os.path.exists(tmp_path / "run")
+
+
+@docker_test
+def test_output_still_coming_after_the_exit_is_waited_for_not_cut(
+    docker_client, base_image, tmp_path
+):
+    """The example exits long before the log stream has passed on all its output (a slow
+    terminal echo here, a large log on a loaded engine in the field): judging the part read
+    within a fixed grace made a passing run a skip."""
+    seen: list[str] = []
+
+    def slow_echo(line: str) -> None:
+        seen.append(line)
+        time.sleep(0.05)
+
+    lines = 300  # 15 s of echo, beyond the 10 s grace
+    spec = shell(base_image, f"seq 1 {lines}; echo '[RUN] PASS (0.1s)'")
+
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt", echo=slow_echo)
+
+    assert result.output.endswith(f"{lines}\n[RUN] PASS (0.1s)\n")
+    assert (tmp_path / "log.txt").read_text() == result.output
+    assert seen[-1] == "[RUN] PASS (0.1s)"
+
+
+@docker_test
+def test_a_progress_bar_of_megabytes_without_a_newline_is_kept_whole(
+    docker_client, base_image, tmp_path
+):
+    bar = "python3 -c \"import sys; [sys.stdout.write('\\r%08d' % i) for i in range(1500000)]\""
+    spec = shell(base_image, f"{bar}; echo; echo '[RUN] PASS (0.1s)'")
+
+    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt")
+
+    assert len(result.output) == 1_500_000 * 9 + 1 + len("[RUN] PASS (0.1s)\n")
+    assert result.output.endswith("\r01499999\n[RUN] PASS (0.1s)\n")
+    assert (tmp_path / "log.txt").read_bytes().decode() == result.output
