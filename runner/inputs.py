@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from runner.errors import InfrastructureError
@@ -21,13 +22,19 @@ _SKIPPED_DIRS = frozenset({".git", "__pycache__", "build_output", ".pytest_cache
 SNAPSHOTS = "lib-snapshot"
 
 
-def tree_digest(root: Path) -> str:
-    """sha256 over every file's relative path, mode bit for execution, and content."""
+def tree_digest(root: Path, exclude: Collection[Path] = ()) -> str:
+    """sha256 over every file's relative path, mode bit for execution, and content.
+
+    `exclude`: directories inside `root` that are not its content (the tool's own workdir or
+    cache, when a run starts from inside pypto-lib: the snapshot would hold itself)."""
     digest = hashlib.sha256()
     root = Path(root)
+    skipped = _inside(root, exclude)
     for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIPPED_DIRS)
         here = Path(directory)
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in _SKIPPED_DIRS and (here / d).resolve() not in skipped
+        )
         for name in sorted(filenames):
             if name.endswith((".pyc", ".pyo")):
                 continue
@@ -48,20 +55,32 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def snapshot(lib: Path, digest: str, workdir: Path) -> Path:
-    """A copy of the pypto-lib tree with this digest under the workdir, made once."""
+def _inside(root: Path, paths: Collection[Path]) -> frozenset[Path]:
+    """The resolved `paths` that lie inside `root` (the others cannot be met walking it)."""
+    top = root.resolve()
+    resolved = (Path(p).expanduser().resolve() for p in paths)
+    return frozenset(p for p in resolved if p != top and p.is_relative_to(top))
+
+
+def snapshot(lib: Path, digest: str, workdir: Path, exclude: Collection[Path] = ()) -> Path:
+    """A copy of the pypto-lib tree with this digest under the workdir, made once; the
+    directories of `exclude` (and the workdir) are left out, as `tree_digest` leaves them."""
     target = workdir / SNAPSHOTS / digest[:16]
     if target.is_dir():
         return target
+    skipped = _inside(lib, [*exclude, workdir])
+    patterns = shutil.ignore_patterns(*_SKIPPED_DIRS, "*.pyc")
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory)
+        return set(patterns(directory, names)) | {
+            n for n in names if (here / n).resolve() in skipped
+        }
+
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}-", dir=target.parent))
-        shutil.copytree(
-            lib,
-            staging / "tree",
-            symlinks=True,
-            ignore=shutil.ignore_patterns(*_SKIPPED_DIRS, "*.pyc"),
-        )
+        shutil.copytree(lib, staging / "tree", symlinks=True, ignore=ignore)
         if tree_digest(staging / "tree") != digest:
             shutil.rmtree(staging, ignore_errors=True)
             raise InfrastructureError(

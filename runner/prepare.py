@@ -45,6 +45,7 @@ class Prepared:
     base_image_id: str
     workdir: Path
     lib_digest: str
+    lib_exclude: tuple[Path, ...]  # directories inside pypto-lib its digest leaves out
     content: dict[str, str]  # "pto_isa_root"/"ptoas_root" -> tree digest, when given
     cache_root: Path
     exporter: SourceExporter
@@ -342,7 +343,9 @@ def prepare(settings: Settings) -> Prepared:
             raise BadInput(f"{flag} {root}: no such directory")
         if root is not None:
             content[key] = tree_digest(root.expanduser())
-    lib_digest = tree_digest(lib)
+    # The tool's own directories are no part of pypto-lib when a run starts from inside it.
+    lib_exclude = (settings.workdir, settings.cache_root())
+    lib_digest = tree_digest(lib, lib_exclude)
     patterns = VerdictPatterns.from_mapping(settings.verdict.model_dump(exclude_none=True))
     writable_directory(settings.workdir, settings.given_as("workdir"))
     cache_dir = writable_directory(settings.cache_root(), settings.given_as("cache_dir"))
@@ -397,6 +400,7 @@ def prepare(settings: Settings) -> Prepared:
         base_image_id=image_id,
         workdir=workdir,
         lib_digest=lib_digest,
+        lib_exclude=lib_exclude,
         content=content,
         cache_root=cache_root,
         exporter=exporter,

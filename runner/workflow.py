@@ -418,7 +418,7 @@ def run_bisect(
         if ledger.backup is not None:
             _keep_earlier_session(workdir, ledger.backup)
         _save_settings(workdir, settings)
-        snapshot(prepared.lib, prepared.lib_digest, workdir)
+        snapshot(prepared.lib, prepared.lib_digest, workdir, prepared.lib_exclude)
         ledger.start_invocation(started)
         recorded = len(ledger.document.attempts)
         warn = events.warn if events is not None else None

@@ -42,3 +42,21 @@ def test_a_snapshot_is_made_once_and_holds_the_tree_without_git(tmp_path: Path) 
     assert (first / "models" / "m" / "e.py").read_text() == "print('run')\n"
     assert not (first / ".git").exists()
     assert tree_digest(first) == digest
+
+
+def test_a_workdir_and_cache_inside_pypto_lib_are_no_part_of_it(tmp_path: Path) -> None:
+    """A run started from the pypto-lib checkout keeps its workdir there by default: the
+    snapshot must not hold itself, and the session's digest must not change with each run."""
+    lib = _tree(tmp_path / "lib")
+    workdir, cache = lib / "bisect-precision", lib / "cache"
+    digest = tree_digest(lib, (workdir, cache))
+
+    made = snapshot(lib, digest, workdir, (cache,))
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "wheels" / "w.whl").write_bytes(b"wheel")
+    (workdir / "ledger.json").write_text("{}\n")
+
+    assert tree_digest(lib, (workdir, cache)) == digest == tree_digest(made)
+    assert sorted(p.name for p in made.iterdir()) == ["models"]
+    assert snapshot(lib, digest, workdir, (cache,)) == made
+    assert tree_digest(lib) != digest  # without the exclusions they would count
