@@ -114,6 +114,13 @@ class Git:
         try:
             self.output("rev-parse", "--git-dir")
         except GitFailed:
+            inside = run(["rev-parse", "--show-toplevel"], env=USER_ENV, cwd=path)
+            if inside.returncode == 0 and inside.stdout.strip():
+                top = inside.stdout.decode(errors="surrogateescape").strip()
+                raise BadInput(
+                    f"{path} is not the top of a git checkout (it lies inside {top}); pass the "
+                    "root of the checkout"
+                ) from None
             raise BadInput(f"not a git repository: {path}") from None
 
     def output(self, *args: str) -> str:

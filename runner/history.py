@@ -122,7 +122,16 @@ class History:
         try:
             return self._git.output("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
         except GitFailed:
-            raise BadInput(self._unknown(rev)) from None
+            pass
+        try:  # again, for git's reason: an ambiguous short SHA is no unknown one
+            self._git.output("rev-parse", "--verify", f"{rev}^{{commit}}")
+        except GitFailed as exc:
+            if "ambiguous" in exc.stderr:
+                raise BadInput(
+                    f"{rev!r} is ambiguous in {self.path}: more than one object starts with it; "
+                    "give more of the SHA"
+                ) from None
+        raise BadInput(self._unknown(rev))
 
     def first_parent_range(self, good: str, bad: str) -> list[str]:
         """Candidates between the endpoints, oldest first, `bad` last and `good` excluded.

@@ -355,8 +355,13 @@ class SourceExporter:
             if path.resolve() != git_path.resolve():
                 raise BadInput(f"{path} is inside the bare repository {git_path}; pass that")
             return None, git_path, common_path
-        top = checked(run(["rev-parse", "--show-toplevel"], env=USER_ENV, cwd=path), "locating")
-        toplevel = Path(top.decode().strip())
+        top = run(["rev-parse", "--show-toplevel"], env=USER_ENV, cwd=path)
+        if top.returncode != 0:  # a checkout's .git directory: neither bare nor a work tree
+            raise BadInput(
+                f"{path} is the git directory of a checkout, not the checkout; pass the root "
+                "of the pypto checkout"
+            )
+        toplevel = Path(top.stdout.decode().strip())
         if toplevel.resolve() != path.resolve():
             raise BadInput(
                 f"{path} is not the top of a git checkout (it lies inside {toplevel}); "

@@ -104,7 +104,7 @@ def test_an_unknown_revision_is_a_one_line_error_naming_it(history, rev):
 
 
 def test_a_directory_that_is_not_a_repository_is_refused(sample, tmp_path):
-    for path in (tmp_path, sample.pypto / "pypto", tmp_path / "missing"):
+    for path in (tmp_path, tmp_path / "missing"):
         with pytest.raises(BadInput, match="not a git repository"):
             History(path)
 
@@ -542,3 +542,27 @@ def test_text_that_is_not_utf8_reads_as_git_log_shows_it_and_writes_into_a_repor
     assert "na\ufffdve" in texts[3]
     for text in texts:
         text.encode("utf-8")  # strict: no escaped byte left
+
+
+def test_an_ambiguous_short_sha_says_so_rather_than_unknown(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "start")
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    seen: dict[str, str] = {}
+    for n in range(5000):  # commits until two share their first four hex digits
+        sha = git(repo, "commit-tree", tree, "-m", f"probe {n}")
+        if sha[:4] in seen:
+            break
+        seen[sha[:4]] = sha
+    history = History(repo)
+
+    with pytest.raises(BadInput, match=rf"^'{sha[:4]}' is ambiguous in .*give more of the SHA$"):
+        history.resolve(sha[:4])
+    assert history.resolve(sha[:12]) == sha
+
+
+def test_a_directory_inside_a_checkout_names_the_checkout(sample):
+    with pytest.raises(BadInput, match=rf"lies inside {sample.pypto}\); pass the root"):
+        History(sample.pypto / "pypto")

@@ -525,6 +525,8 @@ def test_paths_that_are_not_a_checkout_root_are_bad_input(sample: Sample, tmp_pa
         SourceExporter(tmp_path / "nowhere", tmp_path / "cache")
     with pytest.raises(BadInput, match="not the top of a git checkout"):
         SourceExporter(sample.pypto / "pypto", tmp_path / "cache")
+    with pytest.raises(BadInput, match="is the git directory of a checkout, not the checkout"):
+        SourceExporter(sample.pypto / ".git", tmp_path / "cache")
 
 
 def test_two_runs_share_one_cache(sample: Sample, tmp_path: Path) -> None:
