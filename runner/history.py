@@ -146,16 +146,34 @@ class History:
             if self._git.succeeds("merge-base", "--is-ancestor", bad_sha, good_sha):
                 raise BadInput(f"good {good!r} is newer than bad {bad!r}: swap them")
             raise BadInput(
-                f"good {good!r} is not an ancestor of bad {bad!r}: pick a good commit "
-                f"from `git log --first-parent {bad}`"
+                f"good {good!r} is not an ancestor of bad {bad!r}{self._shallow()}: pick a good "
+                f"commit from `git log --first-parent {bad}`"
             )
         chain = _first_parent_chain(self._git, bad_sha, good_sha)
         if chain is None:
+            if self._shallow():
+                raise BadInput(
+                    f"good {good!r} is not on the first-parent chain of bad {bad!r} as far as "
+                    f"this checkout goes{self._shallow()}"
+                )
             raise BadInput(
                 f"good {good!r} is an ancestor of bad {bad!r} but not on its first-parent chain "
                 f"(it came in through a merge): pick one from `git log --first-parent {bad}`"
             )
         return chain[::-1]
+
+    def _shallow(self) -> str:
+        """What to say of a shallow checkout, whose cut history can hide how commits relate."""
+        try:
+            shallow = self._git.output("rev-parse", "--is-shallow-repository").strip() == "true"
+        except GitFailed:
+            return ""
+        if not shallow:
+            return ""
+        return (
+            f" ({self.path} is a shallow clone, which cuts history off; `git fetch --unshallow` "
+            "there completes it)"
+        )
 
     def gitlink(self, commit: str, path: str = "runtime") -> str | None:
         """The submodule commit pinned at `path`, or None when there is no gitlink there."""

@@ -332,7 +332,8 @@ def prepare(settings: Settings) -> Prepared:
         )
     good = history.resolve(settings.known_good)
     bad = history.resolve(settings.bad or "HEAD")
-    commits = history.first_parent_range(good, bad)
+    # By the names the user gave: the messages about the range quote them.
+    commits = history.first_parent_range(settings.known_good, settings.bad or "HEAD")
     _check_submodule_path(history, good, commits, settings)
     content: dict[str, str] = {}
     for key, flag, root in (

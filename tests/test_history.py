@@ -566,3 +566,20 @@ def test_an_ambiguous_short_sha_says_so_rather_than_unknown(tmp_path):
 def test_a_directory_inside_a_checkout_names_the_checkout(sample):
     with pytest.raises(BadInput, match=rf"lies inside {sample.pypto}\); pass the root"):
         History(sample.pypto / "pypto")
+
+
+def test_a_range_a_shallow_clone_cuts_off_says_the_clone_is_shallow(sample, tmp_path):
+    """The good commit lies beyond the clone's depth: git knows nothing of how it relates."""
+    shallow = tmp_path / "shallow"
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "3", f"file://{sample.mirrors['pypto']}", str(shallow)],
+        check=True,
+    )
+    tip = sample.pypto_shas[-1]
+    old = sample.pypto_shas[1]
+    subprocess.run(["git", "-C", str(shallow), "fetch", "-q", "--depth", "1", "origin", old])
+    history = History(shallow)
+
+    with pytest.raises(BadInput, match=r"is a shallow clone.*git fetch --unshallow"):
+        history.first_parent_range(old, tip)
+    assert history.first_parent_range(sample.pypto_shas[-3], tip) == sample.pypto_shas[-2:]
