@@ -659,23 +659,39 @@ class SourceExporter:
         with tempfile.TemporaryDirectory(prefix="bisect-export-") as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             checked(self._mirror_git(repo, "read-tree", sha, **env), f"reading {sha[:12]}")
-            checked(
-                run(
-                    # Parallel workers (one per core) roughly halve big exports on slow disks.
-                    [
-                        *("--git-dir", str(repo.mirror), "-c", "checkout.workers=0"),
-                        *("checkout-index", "--all", "--force"),
-                    ],
-                    env={**MIRROR_ENV, **env, "GIT_WORK_TREE": str(dest)},
-                    cwd=dest,
-                ),
-                f"writing {sha[:12]} to {dest}",
+            written = run(
+                # Parallel workers (one per core) roughly halve big exports on slow disks.
+                [
+                    *("--git-dir", str(repo.mirror), "-c", "checkout.workers=0"),
+                    *("checkout-index", "--all", "--force"),
+                ],
+                env={**MIRROR_ENV, **env, "GIT_WORK_TREE": str(dest)},
+                cwd=dest,
             )
+            if written.returncode != 0 and self._partial_clone(repo):
+                raise BadInput(
+                    f"{repo.display} is a partial clone (git clone --filter) and lacks files of "
+                    f"{sha[:12]}: the tool reads every commit offline from the checkout; use a "
+                    "full clone"
+                )
+            checked(written, f"writing {sha[:12]} to {dest}")
             listing = checked(
                 self._mirror_git(repo, "ls-files", "--stage", "-z", **env),
                 f"listing {sha[:12]}",
             )
         return list(gitlinks(listing))
+
+    @staticmethod
+    def _partial_clone(repo: _Repo) -> bool:
+        """Whether a store the repository borrows from was cloned with --filter (a promisor
+        remote): its missing files are an input's fault, not the machine's."""
+        for git_dir in repo.git_dirs:
+            env = {**USER_ENV, "GIT_DIR": str(git_dir)}
+            for key in ("extensions.partialclone", r"^remote\..*\.promisor$"):
+                found = run(["config", "--get-regexp", key], env=env)
+                if found.returncode == 0 and b"false" not in found.stdout.split()[1:2]:
+                    return True
+        return False
 
     def _listed(self, repo: _Repo, sha: str) -> list[tuple[str, str]]:
         """The gitlinks of `sha` without writing its tree anywhere."""

@@ -685,3 +685,17 @@ def test_a_commit_whose_gitmodules_lost_the_runtime_still_exports_it_by_its_gitl
     assert_exported(alone.dest, sample.mirrors["simpler"], sample.simpler_shas[2])
     with pytest.raises(BadInput, match=r"no gitlink or \.gitmodules entry"):
         exporter.export_submodule("docs", sample.simpler_shas[2], tmp_path / "x", at=broken)
+
+
+def test_a_partial_clone_lacking_a_commits_files_is_bad_input_not_a_machine_fault(
+    sample: Sample, tmp_path: Path
+) -> None:
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(sample.mirrors["pypto"]), str(origin))
+    git(origin, "config", "uploadpack.allowFilter", "true")
+    partial = tmp_path / "partial"
+    git(tmp_path, "clone", "-q", "--filter=blob:none", f"file://{origin}", str(partial))
+    exporter = SourceExporter(partial, tmp_path / "cache")
+
+    with pytest.raises(BadInput, match=r"is a partial clone \(git clone --filter\) and lacks"):
+        exporter.export(sample.pypto_shas[1], tmp_path / "out", skip=[RUNTIME_PATH])
