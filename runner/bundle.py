@@ -117,7 +117,7 @@ def export_attempt(
     inputs = document.inputs
     settings = load_saved_settings(workdir, recorded.settings).model_copy(
         update={
-            "pypto": Path(inputs.pypto_repo),
+            "pypto": inputs.checkout(),
             "lib": Path(inputs.lib_repo),
             "known_good": inputs.good,
             "bad": inputs.bad,

@@ -76,6 +76,17 @@ class SessionInputs(_Strict):
     extra_args: list[str] = []
     settings_digest: str = ""
 
+    def checkout(self) -> Path:
+        """The session's pypto checkout; bad input when it is no longer where the session
+        found it (a session is tied to its path: a moved checkout is another input)."""
+        path = Path(self.pypto_repo)
+        if not path.is_dir():
+            raise BadInput(
+                f"the session's pypto checkout {path} is not there any more (moved or deleted?); "
+                f"put it back, or link it there (ln -s NEW_PATH {path}), to read this session"
+            )
+        return path
+
 
 LOCAL_NODE = "local"  # an attempt run on this host (the local executor's node)
 

@@ -604,9 +604,9 @@ def replay(
         cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
     elif not cache_dir.expanduser().is_dir():  # a typo: reading must not make a new cache
         raise BadInput(f"--cache-dir {cache_dir}: no such directory")
-    history = History(Path(inputs.pypto_repo))
+    history = History(inputs.checkout())
     extra = extra_repos(settings) if settings is not None else {}
-    exporter = SourceExporter(Path(inputs.pypto_repo), cache_dir.resolve(), extra)
+    exporter = SourceExporter(inputs.checkout(), cache_dir.resolve(), extra)
     document.check_range([inputs.good, *history.first_parent_range(inputs.good, inputs.bad)], path)
     tester = _LedgerOnly(parallel=max(1, len(inputs.devices)))
     session = _session(history, exporter, tester, document.find_all, inputs, settings)
@@ -785,7 +785,7 @@ def reproduce(
     inputs = recorded.document.inputs
     settings = settings.model_copy(
         update={
-            "pypto": Path(inputs.pypto_repo),
+            "pypto": inputs.checkout(),
             "lib": Path(inputs.lib_repo),
             "known_good": inputs.good,
             "bad": inputs.bad,

@@ -874,3 +874,22 @@ def test_a_full_disk_without_a_path_or_an_engine_gone_mid_run_is_one_line_exit_4
     assert line.startswith(("error: the disk is full: free", "error: the Docker Engine stopped")), (
         line
     )
+
+
+@pytest.mark.parametrize("command", [["status"], ["report"], ["reproduce", "001"]])
+def test_a_session_whose_checkout_moved_says_so_and_how_to_read_it(tmp_path, command):
+    from runner.config import Settings
+    from runner.ledger import Ledger
+    from runner.workflow import _save_settings
+    from tests.test_ledger import make_attempt, make_inputs, sha
+
+    inputs = make_inputs(tmp_path)  # its pypto checkout is not there
+    with Ledger.open(tmp_path / "w" / "ledger.json", inputs, tool_version="0") as ledger:
+        ledger.record(make_attempt("001", sha("good")))
+    _save_settings(tmp_path / "w", Settings(pypto=tmp_path / "pypto"))
+
+    result = cli(*command, "--workdir", str(tmp_path / "w"))
+
+    assert_one_line_error(
+        result, 2, f"the session's pypto checkout {tmp_path / 'pypto'} is not there any more"
+    )
