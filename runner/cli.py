@@ -609,15 +609,21 @@ def run(
     raise typer.Exit(result.outcome.exit_code)
 
 
-def _print_confidence(level: dict | None) -> None:
+def _threshold(report: dict) -> float:
+    return float((report.get("confidence") or {}).get("threshold") or 1.0)
+
+
+def _print_confidence(level: dict | None, threshold: float = 1.0) -> None:
     """The culprit's probability, the runner-up and the flake rates, when the search had them."""
+    from runner.confidence import why_low
+
     if not level:
         return
     if level.get("low_confidence"):
-        listed = ", ".join(
-            f"{c['sha'][:12]} {c['probability']:.0%}" for c in level["low_confidence"][:5]
-        )
-        OUT.print(f"inconclusive: low confidence; candidates: {listed}")
+        candidates = level["low_confidence"]
+        listed = ", ".join(f"{c['sha'][:12]} {c['probability']:.0%}" for c in candidates[:5])
+        why = why_low(candidates[0]["probability"], threshold)
+        OUT.print(f"inconclusive: low confidence; candidates: {listed}{why}")
         return
     if level.get("probability") is None:
         return
@@ -642,7 +648,7 @@ def _print_summary(report: dict, md_path: Path) -> None:
     if pypto["first_bad"]:
         commit = pypto.get("commit") or {}
         OUT.print(f"first bad pypto commit: {pypto['first_bad']} {commit.get('subject', '')}")
-        _print_confidence((report.get("confidence") or {}).get("pypto"))
+        _print_confidence((report.get("confidence") or {}).get("pypto"), _threshold(report))
     else:
         OUT.print(f"the first bad pypto commit is one of {len(pypto['candidates'])}:")
         for sha in pypto["candidates"]:
@@ -655,13 +661,13 @@ def _print_summary(report: dict, md_path: Path) -> None:
                 f"simpler commit: {simpler['culprit']} {commit.get('subject', '')} "
                 f"({simpler['direction']} pointer move)"
             )
-            _print_confidence((report.get("confidence") or {}).get("simpler"))
+            _print_confidence((report.get("confidence") or {}).get("simpler"), _threshold(report))
         else:
             OUT.print(f"the simpler commit is one of {len(simpler['candidates'])}:")
             for sha in simpler["candidates"]:
                 OUT.print(f"  {sha}")
     if pypto["first_bad"] is None:
-        _print_confidence((report.get("confidence") or {}).get("pypto"))
+        _print_confidence((report.get("confidence") or {}).get("pypto"), _threshold(report))
     if report.get("split"):
         OUT.print(report["split"]["summary"])
     for note in report.get("notes", []):

@@ -120,6 +120,18 @@ class LowConfidence:
     candidates: tuple[tuple[int, float], ...]
 
 
+def why_low(top: float, confidence: float) -> str:
+    """Why a candidate above the confidence still left the level inconclusive (`_worst_rates`),
+    as a clause to add to what names the candidates; empty when none was above it."""
+    if top < confidence:
+        return ""
+    return (
+        f" (the likeliest is above {confidence:.0%} under the flake rates the runs point to, but "
+        "they disagree among themselves, and under rates they have not ruled out it falls below; "
+        "no test within the budget would settle it)"
+    )
+
+
 @dataclass(frozen=True)
 class Descend:
     """The likeliest first bad commit moves the submodule pointer and only its boundary is left

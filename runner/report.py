@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.confidence import consistent, tally
+from runner.confidence import consistent, tally, why_low
 from runner.errors import RETIRED
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
@@ -649,9 +649,10 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
         listed = ", ".join(
             f"{pypto.candidates[i][:12]} ({p:.0%})" for i, p in pypto.low_confidence[:3]
         )
+        top = pypto.low_confidence[0][1] if pypto.low_confidence else 0.0
         return (
             f"Inconclusive: low confidence: no pypto commit reached {outcome.confidence:.0%}; "
-            f"the likeliest are {listed}."
+            f"the likeliest are {listed}{why_low(top, outcome.confidence)}."
         )
     if pypto.found is None and (outcome.source == "inconclusive" or outcome.simpler is not None):
         line = (

@@ -30,6 +30,7 @@ from runner.confidence import (
     evidence,
     pair_verdict,
     tally,
+    why_low,
 )
 from runner.errors import BisectError
 from runner.history import METADATA_PATHS, Change, ChangeKind, History
@@ -908,7 +909,7 @@ class Session:
             return self._across_stretch(first, *stretch)
         if first.found is None:
             if first.low_confidence is not None:
-                self._partial.notes.append(_low_confidence_note(first))
+                self._partial.notes.append(_low_confidence_note(first, self.confidence))
             return self._partial
         culprit = first.candidates[first.found]
         parent = first.candidates[first.found - 1]
@@ -973,7 +974,7 @@ class Session:
             return outcome
         self._bisect(second, simpler_pair)
         if second.low_confidence is not None:
-            outcome.notes.append(_low_confidence_note(second))
+            outcome.notes.append(_low_confidence_note(second, self.confidence))
         return outcome
 
     def _culprit_outcome(self, first: LevelResult) -> tuple[Outcome, Change]:
@@ -1449,9 +1450,10 @@ class Session:
                 f"{links[k][0][0][:12]} with simpler {(links[k][0][1] or 'none')[:12]} {p:.0%}"
                 for k, p in chain.low_confidence
             )
+            top = chain.low_confidence[0][1] if chain.low_confidence else 0.0
             outcome.notes.append(
                 f"inconclusive: low confidence after {chain.tests} tests of both levels; "
-                f"first bad pair candidates: {listed}"
+                f"first bad pair candidates: {listed}{why_low(top, self.confidence)}"
             )
             if second is not None:
                 second.low_confidence = tuple(
@@ -1819,13 +1821,13 @@ def submodule_note(history: History, parent: str, change: Change, path: str) -> 
     )
 
 
-def _low_confidence_note(result: LevelResult) -> str:
-    listed = ", ".join(
-        f"{result.candidates[i][:12]} {p:.0%}" for i, p in (result.low_confidence or ())
-    )
+def _low_confidence_note(result: LevelResult, confidence: float) -> str:
+    candidates = result.low_confidence or ()
+    listed = ", ".join(f"{result.candidates[i][:12]} {p:.0%}" for i, p in candidates)
+    top = candidates[0][1] if candidates else 0.0
     return (
         f"inconclusive: low confidence at the {result.level} level after {result.tests} tests; "
-        f"candidates: {listed}"
+        f"candidates: {listed}{why_low(top, confidence)}"
     )
 
 

@@ -434,3 +434,23 @@ def test_the_last_good_commit_passes_once_more_when_its_last_run_is_also_the_dri
     settled = {0: [G], 1: [G], 2: [G, G], 3: [G], 4: [B, B], 5: [B, B], 6: [B], 7: [B]}
     assert decide(8, settled, last_good_runs=3) == Test((3, 3))
     assert decide(8, {**observations, 3: [G, G, G]}, last_good_runs=3) == Found(4)
+
+
+def test_a_low_confidence_answer_above_the_threshold_says_why_it_is_not_trusted():
+    """The runs disagree: the likeliest holds 99 % under the rates they point to, but not under
+    rates they have not ruled out, and the budget is spent. Saying "no commit reached 95 %; the
+    likeliest are X (99 %)" and nothing more contradicts itself."""
+    from runner.confidence import why_low
+    from runner.session import LevelResult, _low_confidence_note
+
+    observations = {0: [G, G, B], 1: [G] * 6, 2: [B] * 6 + [G], 3: [B, B]}
+    decision = decide(4, observations, budget=15)
+
+    assert isinstance(decision, LowConfidence)
+    (index, top), *_ = decision.candidates
+    assert index == 2 and top >= 0.95
+    result = LevelResult("pypto", ["a" * 40, "b" * 40, "c" * 40, "d" * 40], tests=15)
+    result.low_confidence = decision.candidates
+    note = _low_confidence_note(result, 0.95)
+    assert note.endswith(why_low(top, 0.95)) and "have not ruled out" in note
+    assert why_low(0.7, 0.95) == ""
