@@ -473,21 +473,21 @@ def _environment_lines(data: dict[str, Any]) -> list[str]:
 
 def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
     """Why the candidates left over were skipped: the one thing to fix before running again."""
-    counted = doc.counted()
+    runs_counted = doc.counted()
     suspects: dict[str, set[str | None]] = {}
     if outcome.pypto.found is None:
         suspects["pypto"] = set(outcome.pypto.suspects)
     else:
         # A bump blamed for the simpler commit its move brings, though its own build failed.
         blamed = outcome.pypto.candidates[outcome.pypto.found]
-        runs = [a for a in counted if a.level == "pypto" and a.pypto_sha == blamed]
+        runs = [a for a in runs_counted if a.level == "pypto" and a.pypto_sha == blamed]
         if runs and all(a.verdict is Verdict.SKIP for a in runs):
             suspects["pypto"] = {blamed}
     if outcome.simpler is not None and outcome.simpler.found is None:
         suspects["simpler"] = set(outcome.simpler.suspects)
     reasons: dict[str, dict[str, set[str]]] = {}
     logs: dict[str, str] = {}  # reason -> the log of its latest attempt
-    for attempt in counted:
+    for attempt in runs_counted:
         if attempt.verdict is not Verdict.SKIP:
             continue
         tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha
@@ -503,6 +503,12 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
         plural = "s" if sum(map(len, levels.values())) > 1 else ""
         log = f" (log: {logs[reason]})" if reason in logs else ""
         notes.append(f"{counts} candidate{plural} could not be tested: {reason}{log}")
+    if len(ranked) > 3:  # the three commonest say what to fix first; the rest are counted
+        rest = sum(len(shas) for _, levels in ranked[3:] for shas in levels.values())
+        notes.append(
+            f"{counted(rest, 'more candidate')} could not be tested for "
+            f"{counted(len(ranked) - 3, 'other reason')} (the Steps table has each)"
+        )
     return notes
 
 

@@ -1062,3 +1062,31 @@ def test_report_json_is_strict_json_when_a_figure_is_nan_or_infinite(tmp_path) -
     figures = [step["metrics"]["max_abs_diff"] for step in data["steps"]]
     assert figures == ["NaN", "Infinity"]
     assert md_path.is_file()
+
+
+def test_skip_reasons_beyond_the_three_commonest_are_counted_not_dropped(tmp_path) -> None:
+    from runner.report import _untested_notes
+    from runner.session import LevelResult, Outcome
+
+    shas = [sha(i) for i in range(7)]
+    reasons = ["compile error", "exit 0 without a PASS line", "exit 139 (SIGSEGV)", "exit 1: x"]
+    attempts = [make_attempt("000", shas[0]), make_attempt("006", shas[6], verdict=Verdict.BAD)]
+    attempts += [
+        make_attempt(f"00{i}", shas[i], verdict=Verdict.SKIP).model_copy(
+            update={"reason": reasons[min(i - 1, 3)]}
+        )
+        for i in range(1, 6)
+    ]
+    doc = LedgerDocument(
+        tool_version="0.1.0", created_at=T0, inputs=make_inputs(tmp_path), attempts=attempts
+    )
+    level = LevelResult("pypto", shas, observations={0: [Verdict.GOOD], 6: [Verdict.BAD]})
+    level.inconclusive = (1, 6)
+
+    notes = _untested_notes(doc, Outcome("inconclusive", level))
+
+    assert len(notes) == 4, notes
+    assert notes[0] == "2 pypto candidates could not be tested: exit 1: x"
+    assert notes[-1] == (
+        "1 more candidate could not be tested for 1 other reason (the Steps table has each)"
+    )
