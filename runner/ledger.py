@@ -238,7 +238,8 @@ class LedgerDocument(_Strict):
         matches = [a for a in self.attempts if a.pypto_sha.startswith(run_id.lower())]
         if run_id.isdigit():
             numbered = [a for a in self.attempts if _run_number(a.run_id) == int(run_id)]
-            if numbered and matches:
+            commits = {a.pypto_sha for a in matches}
+            if numbered and commits and commits != {numbered[0].pypto_sha}:
                 raise BadInput(
                     f"{run_id!r} is both run {numbered[0].run_id} and a prefix of pypto "
                     f"{matches[0].pypto_sha[:12]}; give the whole run id or more of the SHA"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -141,7 +142,7 @@ def writable_directory(value: Path, flag: str) -> Path:
 def _script(lib: Path, script: str | None, given_as: str = "--script") -> str:
     if not script:
         raise BadInput("--script is required: the example to run, relative to --lib")
-    relative = PurePosixPath(script)
+    relative = PurePosixPath(posixpath.normpath(script))  # ex/../ex/run.py is ex/run.py
     if relative.is_absolute() or ".." in relative.parts:
         raise BadInput(f"{given_as} {script}: give a path inside --lib, relative to it")
     if not (lib / relative).is_file():

@@ -340,8 +340,9 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
     why = f"{attempt.verdict.value}: {attempt.reason}" if attempt.reason else attempt.verdict.value
     if failure.which == "good" and attempt.verdict is Verdict.BAD:
         text = (
-            f"the known-good commit {sha} fails too ({why}): the environment, not a commit, is "
-            "at fault; check the base image, devices and goldens, or pick an older --good"
+            f"the known-good commit {sha} fails too ({why}): either it is not good here (pick "
+            "an older --good) or the environment is at fault (check the base image, devices "
+            "and goldens)"
         )
     elif attempt.reason.startswith(SOURCE_UNAVAILABLE):
         text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"

@@ -490,3 +490,25 @@ def test_a_wrong_value_a_flag_hides_is_still_an_error_naming_where_it_is(
 
     with pytest.raises(BadInput, match=f"^{tmp_path / where if '.toml' in where else where}: "):
         load_settings(flags, config)
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("ex/run.py", "ex/run.py"),
+        ("ex/../ex/run.py", "ex/run.py"),
+        ("./ex/run.py", "ex/run.py"),
+        ("../lib/ex/run.py", None),
+        ("/abs/ex/run.py", None),
+    ],
+)
+def test_the_script_is_a_path_inside_pypto_lib_however_it_is_spelt(tmp_path, script, expected):
+    from runner.prepare import _script
+
+    (tmp_path / "ex").mkdir()
+    (tmp_path / "ex" / "run.py").write_text("print('[RUN] PASS')\n")
+    if expected is None:
+        with pytest.raises(BadInput, match="give a path inside --lib"):
+            _script(tmp_path, script)
+    else:
+        assert _script(tmp_path, script) == expected

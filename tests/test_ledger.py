@@ -904,21 +904,25 @@ def test_a_sha_names_its_commits_own_verdict_and_an_ambiguous_prefix_is_refused(
         doc.named("ab")
 
 
-def test_a_run_number_names_its_run_unless_it_is_also_a_sha_prefix(
+def test_a_run_number_names_its_run_unless_it_is_also_another_commits_sha_prefix(
     ledger_path: Path, inputs: SessionInputs
 ) -> None:
-    first, second = "ab12" + "0" * 36, "0070" + "f" * 36
+    first, second, third = "ab12" + "0" * 36, "0070" + "f" * 36, "0120" + "e" * 36
     with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
         ledger.record(make_attempt("006-ab120000", first, sha("s1"), Verdict.GOOD))
         ledger.record(make_attempt("007-0070ffff", second, sha("s1"), Verdict.BAD))
+        ledger.record(make_attempt("009-0120eeee", third, sha("s1"), Verdict.BAD))
+        ledger.record(make_attempt("012-ab120000", first, sha("s2"), Verdict.GOOD))
     doc = Ledger.read(ledger_path)
 
     assert [a.run_id for a in doc.named("6")] == ["006-ab120000"]
     assert [a.run_id for a in doc.named("006")] == ["006-ab120000"]
     assert [a.run_id for a in doc.named("0070")] == ["007-0070ffff"], "a SHA prefix as before"
     assert doc.named("8") == []
-    with pytest.raises(BadInput, match="is both run 007-0070ffff and a prefix of pypto 0070"):
-        doc.named("007")
+    # Run 7 and the only commit starting 007 are one attempt: no reason to refuse it.
+    assert [a.run_id for a in doc.named("007")] == ["007-0070ffff"]
+    with pytest.raises(BadInput, match="is both run 012-ab120000 and a prefix of pypto 0120"):
+        doc.named("012")
 
 
 def test_limits_judge_an_attempt_from_its_figures_and_keep_the_examples_word():
