@@ -6,6 +6,7 @@ typo in a revision costs a second, not a wheel build.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import posixpath
@@ -182,6 +183,10 @@ def _unrelated_clones(
             continue
         pins = {pin for pin in (history.gitlink(end, path) for end in ends) if pin}
         if not pins:
+            warnings.append(
+                f"{clone} is given for the submodule at {path}, but neither endpoint has one "
+                "there; it is used only if a commit in between has one"
+            )
             continue
         if not any(History(clone).has_commit(pin) for pin in pins):
             listed = ", ".join(sorted(pin[:12] for pin in pins))
@@ -388,6 +393,7 @@ def prepare(settings: Settings) -> Prepared:
         settings_digest=session_digest(settings, lib_digest, content),
     )
     exporter = SourceExporter(pypto_path, cache_root, extra)
+    skip = _skipped(settings, history, exporter, (good, bad))
     return Prepared(
         settings=settings,
         history=history,
@@ -408,11 +414,12 @@ def prepare(settings: Settings) -> Prepared:
         exporter=exporter,
         inputs=inputs,
         slots=slots,
-        skip=_skipped(settings, history, exporter, (good, bad)),
+        skip=skip,
         warnings=[
             *settings.overrides,
             *_unrelated_clones(history, (good, bad), extra),
             *_unused_settings(settings),
+            *_skips_outside(settings, history, skip, commits),
         ],
     )
 
@@ -444,6 +451,24 @@ def _skipped(
                 "submodule"
             ) from None
     return frozenset(shas)
+
+
+def _skips_outside(
+    settings: Settings, history: History, skip: frozenset[str], commits: Sequence[str]
+) -> list[str]:
+    """--skip values naming a pypto commit outside the range: they skip nothing (a typo, or
+    a commit of another branch), which the user should hear of before the bisect runs."""
+    inside = set(commits)
+    warnings = []
+    for rev in settings.skip:
+        with contextlib.suppress(BadInput):
+            sha = history.resolve(rev)
+            if sha in skip and sha not in inside:
+                warnings.append(
+                    f"--skip {rev}: pypto {sha[:12]} is not on the range's first-parent chain; "
+                    "it skips nothing"
+                )
+    return warnings
 
 
 def device_slots(settings: Settings, cores: int | None = None) -> list[Slot]:

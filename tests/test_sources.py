@@ -14,7 +14,7 @@ import pytest
 from runner.config import Settings
 from runner.errors import BadInput, SourceUnavailable
 from runner.history import History, pointer_states
-from runner.prepare import _skipped, _unrelated_clones
+from runner.prepare import _skipped, _skips_outside, _unrelated_clones
 from runner.sample.histories import (
     ISA_PATH,
     LIBBACKTRACE_PATH,
@@ -628,6 +628,11 @@ def test_a_clone_given_for_the_runtime_that_holds_neither_pin_is_warned_about(
     assert _unrelated_clones(history, ends, {RUNTIME_PATH: sample.mirrors["simpler"]}) == []
     warned = _unrelated_clones(history, ends, {RUNTIME_PATH: sample.lib})
     assert len(warned) == 1 and warned[0].startswith(f"{sample.lib} holds neither endpoint's")
+    nowhere = _unrelated_clones(history, ends, {"nothere": sample.mirrors["simpler"]})
+    assert nowhere == [
+        f"{sample.mirrors['simpler']} is given for the submodule at nothere, but neither "
+        "endpoint has one there; it is used only if a commit in between has one"
+    ]
 
 
 def test_check_says_which_omitted_paths_the_commit_has(
@@ -647,6 +652,13 @@ def test_skip_takes_pypto_revisions_and_simpler_commits_and_names_what_it_cannot
     settings = Settings(skip=["HEAD~1", simpler[:10]])
 
     assert _skipped(settings, history, exporter) == {sample.pypto_shas[-2], simpler}
+    skip = _skipped(Settings(skip=["HEAD~1", "HEAD~5"]), history, exporter)
+    assert _skips_outside(
+        Settings(skip=["HEAD~1", "HEAD~5"]), history, skip, sample.pypto_shas[-4:]
+    ) == [
+        f"--skip HEAD~5: pypto {sample.pypto_shas[-6][:12]} is not on the range's first-parent "
+        "chain; it skips nothing"
+    ]
 
     with pytest.raises(BadInput) as raised:
         _skipped(Settings(skip=["no-such-rev"]), history, exporter)
