@@ -115,12 +115,16 @@ class DockerTester:
         fingerprint: Collector | None = None,
         prefetch: bool = True,
         skip: Collection[str] = (),
+        ahead: Callable[[int], None] | None = None,
     ) -> None:
         """`echo` streams logs (--verbose); `warn` says what the user must know anyway;
-        `skip`: pypto and simpler commits the user takes as untestable (--skip)."""
+        `skip`: pypto and simpler commits the user takes as untestable (--skip); `ahead`
+        hears how many guessed pairs are being built whenever that changes."""
         self.executor = executor
         self.skip = frozenset(skip)
         self.speculate = prefetch
+        self.ahead = ahead or (lambda _count: None)
+        self._guessing = 0  # guessed pairs whose wheels are being built
         self.fingerprint = fingerprint
         self.ledger = ledger
         self.exporter = exporter
@@ -485,6 +489,7 @@ class DockerTester:
                 self._check_sources(pypto, simpler, speculative=True)
                 builders = self._builders(pypto, simpler, speculative=True)
                 futures = self._submit_wheels(pypto, simpler, builders, speculative=True)
+                self._guesses(+1)
                 threading.Thread(
                     target=self._ahead_image,
                     args=(pypto, simpler, builders, futures),
@@ -502,7 +507,10 @@ class DockerTester:
         """Once a guessed pair's wheels are built, its test image: a speculative test minus the
         run."""
         with contextlib.suppress(Exception):
-            wheels = {name: future.result() for name, future in futures.items()}
+            try:
+                wheels = {name: future.result() for name, future in futures.items()}
+            finally:
+                self._guesses(-1)
             with self._ahead_cond:
                 self._build_times += [w.seconds for w in wheels.values() if not w.from_cache]
             with self._ahead_lock:
@@ -538,6 +546,13 @@ class DockerTester:
                 if report.image_id:  # (Ray layers where the run lands, not ahead)
                     with self._ahead_lock:
                         self._ahead_images.append(report.image_id)
+
+    def _guesses(self, change: int) -> None:
+        with self._ahead_lock:
+            self._guessing += change
+            count = self._guessing
+        with contextlib.suppress(Exception):  # the progress line must not stop a build
+            self.ahead(count)
 
     # -- one attempt (a pipeline thread) ---------------------------------------------------
 

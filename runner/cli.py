@@ -597,6 +597,7 @@ def run(
                     events=progress,
                     phase=progress.phase,
                     echo=progress.echo if verbose and not quiet else None,
+                    ahead=progress.ahead,
                 )
             except EndpointsDoNotReproduce as stop:
                 if json_out and stop.report is not None:  # CI reads stdout whatever the exit

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from runner.ledger import Attempt, Level
 from runner.verdict import clean_output
+from runner.wording import counted
 
 VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "yellow"}
 
@@ -47,6 +48,7 @@ class ConsoleProgress:
         self.simpler: str | None = None
         self.phase_name = "starting"
         self.phase_started = time.monotonic()
+        self.guessing = 0  # pairs built ahead, for outcomes the running tests may bring
         self.live = Live(console=console, refresh_per_second=4, transient=True)
         self.live.update(_Status(self))
 
@@ -87,6 +89,9 @@ class ConsoleProgress:
         self.level, self.done, self.left = level, done, left
         self.commit, self.simpler, self.subject = pypto, simpler, subject
         self.phase("prepare")
+
+    def ahead(self, count: int) -> None:
+        self.guessing = count
 
     def phase(self, name: str) -> None:
         self.phase_name = name
@@ -134,10 +139,11 @@ class _Status:
         if not p.commit:  # the level is being planned: no step yet
             line = f"{p.level} level · {p.phase_name} {elapsed:.0f}s"
             return Text(line, style="cyan", no_wrap=True, overflow="ellipsis")
+        guessing = f" · {counted(p.guessing, 'pair')} built ahead" if p.guessing else ""
         # Most important first: a narrow terminal crops the end of the line.
         return Text(
             f"{p.level} step {p.done + 1}/~{p.done + max(p.left, 1)} · {p.commit[:12]}{simpler}"
-            f" · {p.phase_name} {elapsed:.0f}s · {subject}",
+            f" · {p.phase_name} {elapsed:.0f}s{guessing} · {subject}",
             style="cyan",
             no_wrap=True,
             overflow="ellipsis",

@@ -155,6 +155,7 @@ def docker_tester(
     warn: Callable[[str], None] | None = None,
     note: Callable[[str], None] | None = None,
     wheels: Path | None = None,
+    ahead: Callable[[int], None] | None = None,
 ) -> DockerTester:
     """`echo` streams logs (--verbose); `warn` and `note` say what the user should see anyway
     (a card leaving the pool; build tools being downloaded, a builder image being built);
@@ -194,6 +195,7 @@ def docker_tester(
         ),
         prefetch=settings.prefetch,
         skip=prepared.skip,
+        ahead=ahead,
     )
 
 
@@ -398,7 +400,9 @@ def run_bisect(
     events: Events | None = None,
     phase: Callable[[str], None] | None = None,
     echo: Callable[[str], None] | None = None,
+    ahead: Callable[[int], None] | None = None,
 ) -> RunResult:
+    """`ahead` hears how many guessed builds are under way whenever that changes."""
     started = time.monotonic()
     prepared = prepare(settings)
     remove_stale_containers(prepared.client)
@@ -432,6 +436,7 @@ def run_bisect(
                 echo=echo,
                 warn=warn,
                 note=events.note if events is not None else None,
+                ahead=ahead,
             )
         except BisectError as exc:
             if exc.exit_code == 2:

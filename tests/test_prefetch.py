@@ -106,6 +106,8 @@ def test_guesses_start_in_order_and_a_new_list_replaces_those_not_started(
     guessing: Guessing,
 ) -> None:
     tester, executor, pairs = guessing.tester, guessing.executor, guessing.pairs
+    told: list[int] = []  # what the progress line hears of the pairs being built ahead
+    tester.ahead = told.append
     tester.prefetch(pairs[:3])
     # The first guess takes the one build slot; the next round's list comes meanwhile, and that
     # round tests the first guess: it goes on.
@@ -119,6 +121,7 @@ def test_guesses_start_in_order_and_a_new_list_replaces_those_not_started(
 
     assert pypto_builds(guessing.cache) == [pairs[0][0], pairs[3][0]]
     assert not tester.cached(*pairs[1]) and not tester.cached(*pairs[2])
+    assert told and told[0] == 1 and told[-1] == 0 and max(told) <= 2, told
 
 
 def test_a_guess_building_that_no_longer_may_be_tested_is_cancelled(guessing: Guessing) -> None:

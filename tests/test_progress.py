@@ -71,3 +71,17 @@ def test_quiet_progress_prints_the_warnings_and_nothing_else() -> None:
         progress.warn("the base image tag now names another image")
         time.sleep(0.3)
     assert out.getvalue() == "warning: the base image tag now names another image\n"
+
+
+def test_the_status_line_counts_the_pairs_built_ahead_while_there_are_some() -> None:
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=0.2) as progress:
+        progress.step_started("pypto", 2, 3, "fcd0203f9ff66ce0", None, "docs: a subject")
+        progress.phase("run")
+        progress.ahead(2)
+        time.sleep(0.5)
+        progress.ahead(0)
+        time.sleep(0.5)
+    beats = _beats(out.getvalue())
+    assert "· run 0s · 2 pairs built ahead · docs: a subject" in beats[0], beats
+    assert "built ahead" not in beats[-1], beats
