@@ -115,6 +115,16 @@ class VerdictConfig(BaseModel):
         default=None, description="Regexes that mark a precision failure."
     )
 
+    @field_validator("good", "bad")
+    @classmethod
+    def _regexes(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or []:
+            try:
+                re.compile(pattern, re.MULTILINE)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {pattern!r} ({exc})") from None
+        return value
+
 
 class BuildPin(BaseModel):
     """Build tools to install for some commits, because newer tools break older commits.
@@ -456,10 +466,12 @@ class Settings(BaseSettings):
     @field_validator("device_map")
     @classmethod
     def _device_map(cls, value: list[str]) -> list[str]:
-        for item in value:
-            host, sep, container = item.partition(":")
-            if not host or (sep and not container):
-                raise ValueError(f"{item!r} is not HOST[:CONTAINER], e.g. /dev/null:/dev/davinci0")
+        from runner.devices import parse_device_map  # the one rule, for flags and the file
+
+        try:
+            parse_device_map(value)
+        except BadInput as exc:
+            raise ValueError(str(exc).removeprefix("--device-map ")) from None
         return value
 
     @field_validator("run_env")

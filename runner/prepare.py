@@ -438,7 +438,8 @@ def _skipped(
         else:
             if sha in ends:
                 raise BadInput(
-                    f"--skip {rev}: {sha[:12]} is an end of the range; move --good or --bad instead"
+                    f"{settings.given_as('skip')} {rev}: {sha[:12]} is an end of the range; move "
+                    "--good or --bad instead"
                 )
             shas.add(sha)
             continue
@@ -447,8 +448,8 @@ def _skipped(
             shas.add(simpler.resolve(rev))
         except BisectError:
             raise BadInput(
-                f"--skip {rev}: no such commit in pypto or in its {settings.submodule_path} "
-                "submodule"
+                f"{settings.given_as('skip')} {rev}: no such commit in pypto or in its "
+                f"{settings.submodule_path} submodule"
             ) from None
     return frozenset(shas)
 
@@ -465,8 +466,8 @@ def _skips_outside(
             sha = history.resolve(rev)
             if sha in skip and sha not in inside:
                 warnings.append(
-                    f"--skip {rev}: pypto {sha[:12]} is not on the range's first-parent chain; "
-                    "it skips nothing"
+                    f"{settings.given_as('skip')} {rev}: pypto {sha[:12]} is not on the range's "
+                    "first-parent chain; it skips nothing"
                 )
     return warnings
 

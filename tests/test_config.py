@@ -512,3 +512,22 @@ def test_the_script_is_a_path_inside_pypto_lib_however_it_is_spelt(tmp_path, scr
             _script(tmp_path, script)
     else:
         assert _script(tmp_path, script) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "where", "complaint"),
+    [
+        ('device_map = ["nocolon"]', "device_map", "'nocolon' is not HOST:CONTAINER[:PERMS]"),
+        ('[verdict]\ngood = ["(unclosed"]', "verdict.good", "invalid regex '(unclosed'"),
+    ],
+)
+def test_a_bad_value_checked_late_is_still_named_by_the_file_and_key(
+    tmp_path, line, where, complaint
+):
+    config = tmp_path / "c.toml"
+    config.write_text(line + "\n")
+
+    with pytest.raises(BadInput) as raised:
+        load_settings({}, config)
+
+    assert str(raised.value).startswith(f"{config}: {where}: {complaint}"), str(raised.value)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import Settings
+from runner.config import Settings, load_settings
 from runner.errors import BadInput, SourceUnavailable
 from runner.history import History, pointer_states
 from runner.prepare import _skipped, _skips_outside, _unrelated_clones
@@ -645,7 +645,7 @@ def test_check_says_which_omitted_paths_the_commit_has(
 
 
 def test_skip_takes_pypto_revisions_and_simpler_commits_and_names_what_it_cannot_find(
-    sample: Sample, exporter: SourceExporter
+    sample: Sample, exporter: SourceExporter, tmp_path: Path
 ) -> None:
     history = History(sample.pypto)
     simpler = sample.simpler_shas[2]
@@ -665,6 +665,11 @@ def test_skip_takes_pypto_revisions_and_simpler_commits_and_names_what_it_cannot
     assert str(raised.value) == (
         "--skip no-such-rev: no such commit in pypto or in its runtime submodule"
     )
+    config = tmp_path / "skip.toml"
+    config.write_text('skip = ["no-such-rev"]\n')
+    with pytest.raises(BadInput) as raised:
+        _skipped(load_settings({}, config), history, exporter)
+    assert str(raised.value).startswith(f"{config}: skip no-such-rev: no such commit")
     with pytest.raises(BadInput, match="is an end of the range; move --good or --bad"):
         _skipped(
             Settings(skip=["HEAD"]),
