@@ -547,7 +547,7 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
     notes += _disagreement_notes(outcome)
     if outcome.drift:
         notes.append(
-            "the environment drifted during the session: re-run at the end in their recorded "
+            "the environment drifted during the session: re-run in their recorded "
             f"images, {' and '.join(outcome.drift)} now {_fail(outcome.drift)}; the culprit is "
             "not trusted"
         )
@@ -631,10 +631,10 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
 def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     if outcome.drift:
         culprit = (outcome.pypto.first_bad or "")[:12]
+        pointed = f"the bisect pointed at pypto {culprit}" if culprit else "no culprit was named"
         return (
             f"Not trusted: the environment drifted during the session "
-            f"({' and '.join(outcome.drift)} now {_fail(outcome.drift)}); the bisect pointed at "
-            f"pypto {culprit}."
+            f"({' and '.join(outcome.drift)} now {_fail(outcome.drift)}); {pointed}."
         )
     if outcome.endpoint_failure is not None:
         return f"Stopped before bisecting: {outcome.endpoint_failure}."

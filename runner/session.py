@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal, Protocol
 
 from runner.confidence import (
@@ -129,6 +129,22 @@ class QuietEvents:
         pass
 
 
+DRIFT_STREAK = 3
+"""Failures in a row, one of a commit that passed before, that make the session re-run the
+known-good commit mid-search (`Session._drift_midway`)."""
+DRIFT_RUNS = 6
+"""Failures in a row of the known-good commit then that stop the session as drifted."""
+
+
+class _Drifted(Exception):
+    """The known-good commit fails mid-session: what failed, and how it was found."""
+
+    def __init__(self, what: str, how: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.how = how
+
+
 class EndpointFailure(Exception):
     """An endpoint did not give its expected verdict; carries the attempt for the message."""
 
@@ -169,6 +185,8 @@ class LevelResult:
     # what that and the allowance leave); None: this level's endpoints and ceil(log2) steps.
     plain: int | None = None
     good_runs: int = REPLICATE  # passes the last good commit needs (`Session._last_good_runs`)
+    # Every counted run in the order they finished: (finished at, run id, index, verdict).
+    timeline: list[tuple[datetime, str, int, Verdict]] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -473,6 +491,10 @@ class Session:
         self.tolerance = tolerance
         self.drift_check = drift_check
         self._times: list[datetime] = []  # when each attempt of the bisect stages finished
+        self._first: LevelResult | None = None  # the pypto level, once `run` made it
+        # The latest run a level counted, loaded or new: drift runs before it checked the
+        # environment of another moment (`_drift_midway`), not of the end.
+        self._last_search: tuple[datetime, str] = (datetime.min.replace(tzinfo=timezone.utc), "")
         self._gitlinks: dict[str, str | None] = {}
         self._last_good: tuple[str, str | None] | None = None  # the joint chain's, when it ran
         self._chain: LevelResult | None = None
@@ -513,6 +535,9 @@ class Session:
         """Put runs of the candidate at `index` into the level's observations."""
         result.observations.setdefault(index, []).extend(self.verdict(a) for a in attempts)
         result.runs.setdefault(index, []).extend(a.run_id for a in attempts)
+        result.timeline.extend((a.finished_at, a.run_id, index, self.verdict(a)) for a in attempts)
+        for attempt in attempts:
+            self._last_search = max(self._last_search, (attempt.finished_at, attempt.run_id))
 
     def _saw(self, attempt: Attempt) -> None:
         if attempt.level != "drift":
@@ -823,6 +848,7 @@ class Session:
             return
         count = len(result.candidates)
         while True:
+            self._drift_midway(result)
             result.belief = belief(count, result.observations, result.prior, result.weights)
             step = self._picks(result, result.observations)
             if isinstance(step, Descend):
@@ -876,6 +902,7 @@ class Session:
         )
         self._gitlinks.update(self.history.gitlinks(first.candidates, self.path))
         self._partial = Outcome("inconclusive", first)
+        self._first = first
         try:
             outcome = self._run(first)
             self._partial = outcome
@@ -883,6 +910,10 @@ class Session:
             # contradictions no flake rate explains, and says so only if the good end is re-run.
             if self.drift_check and self.verify and first.done:
                 self._check_drift(outcome, first)
+        except _Drifted as drifted:
+            outcome = self._partial
+            outcome.drift.append(drifted.what)
+            outcome.notes.append(drifted.how)
         except Pending as pending:
             # Replay ran out of recorded verdicts: report how far the session got, levels included.
             self._partial.pending = pending
@@ -1505,6 +1536,53 @@ class Session:
                 outcome.merge_base_index = states.index(base)
         return states
 
+    def _drift_midway(self, result: LevelResult) -> None:
+        """Stop with drift when the environment went bad during the search, not at its end.
+
+        What that looks like: the level's last `DRIFT_STREAK` runs all failed, one of them a
+        commit that had passed before and that the runs before them put on the good side. A
+        flaky example does that now and then too, so it only makes the session re-run the
+        known-good commit until it passes; when it fails `DRIFT_RUNS` times in a row, the
+        session stops (exit 3) rather than read every failure as flakiness until its budget
+        runs out. A function of the recorded runs, so a resumed session decides the same."""
+        if not (self.drift_check and self.verify) or self.repeat is not None:
+            return
+        timeline = sorted(result.timeline, key=lambda run: run[:2])
+        streak = timeline[-DRIFT_STREAK:]
+        if len(streak) < DRIFT_STREAK or any(v is not Verdict.BAD for *_, v in streak):
+            return
+        before: dict[int, list[Verdict]] = {}
+        for *_, j, v in timeline[:-DRIFT_STREAK]:
+            before.setdefault(j, []).append(v)
+        # A commit the runs before the streak put on the good side: a bad one that once passed
+        # (a lie) failing again is what a flaky example does every session.
+        then = belief(len(result.candidates), before, result.prior, result.weights)
+        if not any(
+            Verdict.GOOD in before.get(index, ()) and sum(then.probabilities[index + 1 :]) >= 0.5
+            for _, _, index, _ in streak
+        ):
+            return
+        since = streak[-1][:2]
+        known = (self.good, self.gitlink(self.good))
+        seen = [
+            self.verdict(a)
+            for a in self.lookup(*known)
+            if a.level == "drift" and (a.finished_at, a.run_id) > since
+        ]
+        # One pass clears the environment; a flaky example's known-good commit fails that
+        # often in a row about never (30 % false fails: 0.07 %), a broken environment always.
+        run = self._runs_of("drift", [known], [seen])
+        while Verdict.GOOD not in seen and len(seen) < DRIFT_RUNS:
+            run([0])
+        if Verdict.GOOD not in seen:
+            raise _Drifted(
+                f"the known-good commit {self.good[:12]}",
+                f"the {result.level} level's last {DRIFT_STREAK} runs failed, one of them a "
+                f"commit that had passed before, and the known-good commit failed {DRIFT_RUNS} "
+                "times in a row then: the environment changed during the search, so it stopped "
+                "there",
+            )
+
     def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
         """Check that good commits still pass at the end: bad now = the environment drifted
         during the session, and no culprit found in it can be trusted.
@@ -1536,7 +1614,11 @@ class Session:
         elif last != known[1:] and not recent:
             pairs.append(("last good", *last))
         seen = [
-            [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
+            [
+                self.verdict(a)
+                for a in self.lookup(pypto, simpler)
+                if a.level == "drift" and (a.finished_at, a.run_id) > self._last_search
+            ]
             for _, pypto, simpler in pairs
         ]
         verdicts = self._judge_pairs(
@@ -1545,7 +1627,11 @@ class Session:
         for (name, pypto, simpler), verdict in zip(pairs, verdicts, strict=True):
             if verdict is not Verdict.BAD:
                 continue
-            ran = [self.verdict(a) for a in self.lookup(pypto, simpler) if a.level == "drift"]
+            ran = [
+                self.verdict(a)
+                for a in self.lookup(pypto, simpler)
+                if a.level == "drift" and (a.finished_at, a.run_id) > self._last_search
+            ]
             if Verdict.GOOD in ran:
                 judge = (
                     f"--policy {self.policy} judged it bad"

@@ -1556,3 +1556,61 @@ def test_the_summary_counts_builds_ahead_with_their_package(sample_factory):
     markdown = build_markdown(doc, outcome, ReportFacts(), build_json(doc, outcome, ReportFacts()))
 
     assert ", builds: pypto 1 (1 ahead), simpler 0, cache hits" in markdown
+
+
+class BreaksAfter(SpecTester):
+    """Every run fails from the `after`-th on, as when the host's BLAS changes mid-session."""
+
+    def __init__(self, sample: Sample, after: int) -> None:
+        super().__init__(sample)
+        self.after = after
+
+    def truth(self, pypto, simpler):
+        if len(self.attempts) >= self.after:
+            return Verdict.BAD
+        return super().truth(pypto, simpler)
+
+
+@pytest.mark.parametrize("after", [5, 9])
+def test_an_environment_that_breaks_mid_search_stops_it_with_drift_not_a_budget(
+    sample_factory, after
+):
+    """Read as flakiness, every later failure kept the search going to its budget (101 runs
+    in a user's session, `status` saying "about 1 step left" all along)."""
+    sample = sample_factory(
+        SampleSpec(**SMALL, bumps=((4, 6),), simpler_regression_at=4, pypto_regression_at=None)
+    )
+
+    outcome, tester = bisect(sample, tester=BreaksAfter(sample, after))
+
+    assert outcome.exit_code == 3
+    assert outcome.drift == [f"the known-good commit {sample.pypto_shas[0][:12]}"]
+    assert any("the environment changed during the search" in n for n in outcome.notes)
+    assert len(tester.attempts) <= after + 9, len(tester.attempts)
+    replayed = replay_only(sample, tester.attempts)
+    assert replayed.drift == outcome.drift and replayed.pending is None
+
+
+def test_a_flaky_lie_mid_search_costs_one_known_good_run_and_the_culprit_stands(sample_factory):
+    """Three failures in a row, one of a commit that passed twice: the known-good commit runs
+    once more, passes, and the search goes on to the right culprit."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
+    plain, _ = bisect(sample)
+
+    class LiesThrice(SpecTester):
+        lies = 0
+
+        def test(self, level, pypto, simpler):
+            passes = [a for a in self.lookup(pypto, simpler) if a.verdict is Verdict.GOOD]
+            if level != "drift" and len(passes) >= 2 and self.lies == 0:
+                self.lies = 1
+            if 0 < self.lies <= 3 and level != "drift":
+                self.lies += 1
+                return self.record(level, pypto, simpler, Verdict.BAD)
+            return super().test(level, pypto, simpler)
+
+    outcome, tester = bisect(sample, tester=LiesThrice(sample))
+
+    assert outcome.drift == []
+    assert outcome.pypto.first_bad == plain.pypto.first_bad == sample.pypto_shas[5]
+    assert ("drift", sample.pypto_shas[0], sample.gitlink(0)) in tester.tested
