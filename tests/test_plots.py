@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from runner.ledger import Attempt
 from runner.plots import plot, present, series
 from runner.search import Verdict
@@ -21,6 +23,22 @@ RUNS = [
     attempt(3, 2, Verdict.GOOD),
     attempt(4, 3, Verdict.BAD, max_abs_diff=0.005, mismatch_ratio=0.25),
 ]
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """The matplotlib figures `plot` saves, kept for the test to look at."""
+    from matplotlib.figure import Figure
+
+    figures: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args, **kwargs) -> None:
+        figures.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
 
 
 def test_series_follow_candidate_order_and_count_clean_passes_as_zero():
@@ -53,18 +71,8 @@ def test_a_plot_of_the_same_figures_is_kept_and_redrawn_when_they_change(tmp_pat
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_commit_order_is_marked_in_whole_commits(tmp_path, monkeypatch):
+def test_commit_order_is_marked_in_whole_commits(tmp_path, drawn):
     """Three commits apart: matplotlib would tick 0, 0.5, 1, ... where no commit is."""
-    from matplotlib.figure import Figure
-
-    drawn: list[Figure] = []
-    save = Figure.savefig
-
-    def keep(fig: Figure, *args, **kwargs) -> None:
-        drawn.append(fig)
-        save(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
     runs = [
         attempt(0, 0, Verdict.GOOD),
         attempt(1, 1, Verdict.BAD, max_abs_diff=0.004),
@@ -104,17 +112,7 @@ def test_a_failing_run_limits_judged_good_has_no_zero_for_a_figure_it_did_not_pr
     assert points[1].marks == {"mismatch_ratio": ["good"]}
 
 
-def test_nan_and_infinite_figures_are_drawn_on_top_of_the_plot(tmp_path, monkeypatch):
-    from matplotlib.figure import Figure
-
-    drawn: list[Figure] = []
-    save = Figure.savefig
-
-    def keep(fig: Figure, *args, **kwargs) -> None:
-        drawn.append(fig)
-        save(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
+def test_nan_and_infinite_figures_are_drawn_on_top_of_the_plot(tmp_path, drawn):
     runs = [
         attempt(0, 0, Verdict.GOOD, max_abs_diff=0.001),
         attempt(1, 1, Verdict.GOOD, max_abs_diff=0.002),
