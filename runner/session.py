@@ -132,8 +132,9 @@ class QuietEvents:
 DRIFT_STREAK = 3
 """Failures in a row, one of a commit that passed before, that make the session re-run the
 known-good commit mid-search (`Session._drift_midway`)."""
-DRIFT_RUNS = 6
-"""Failures in a row of the known-good commit then that stop the session as drifted."""
+DRIFT_RUNS = 8
+"""Failures in a row of the known-good commit then that stop the session as drifted (an
+example with 30 % false fails does that in 0.007 % of the checks)."""
 
 
 class _Drifted(Exception):
@@ -1540,7 +1541,8 @@ class Session:
         """Stop with drift when the environment went bad during the search, not at its end.
 
         What that looks like: the level's last `DRIFT_STREAK` runs all failed, one of them a
-        commit that had passed before and that the runs before them put on the good side. A
+        commit that had passed `REPLICATE` times before (the level's good end: once) and that
+        the runs before them put on the good side. A
         flaky example does that now and then too, so it only makes the session re-run the
         known-good commit until it passes; when it fails `DRIFT_RUNS` times in a row, the
         session stops (exit 3) rather than read every failure as flakiness until its budget
@@ -1558,7 +1560,8 @@ class Session:
         # (a lie) failing again is what a flaky example does every session.
         then = belief(len(result.candidates), before, result.prior, result.weights)
         if not any(
-            Verdict.GOOD in before.get(index, ()) and sum(then.probabilities[index + 1 :]) >= 0.5
+            before.get(index, []).count(Verdict.GOOD) >= (1 if index == 0 else REPLICATE)
+            and sum(then.probabilities[index + 1 :]) >= 0.5
             for _, _, index, _ in streak
         ):
             return
@@ -1570,7 +1573,7 @@ class Session:
             if a.level == "drift" and (a.finished_at, a.run_id) > since
         ]
         # One pass clears the environment; a flaky example's known-good commit fails that
-        # often in a row about never (30 % false fails: 0.07 %), a broken environment always.
+        # often in a row about never, a broken environment always.
         run = self._runs_of("drift", [known], [seen])
         while Verdict.GOOD not in seen and len(seen) < DRIFT_RUNS:
             run([0])
