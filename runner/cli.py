@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -27,8 +27,39 @@ from runner.config import load_settings
 from runner.errors import BadInput, BisectError, EndpointsDoNotReproduce, InfrastructureError
 from runner.wording import counted
 
+PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: how the shell reports a reader that went away
+
+
+class _Stdout:
+    """sys.stdout for `OUT`, whose reader may go away (`status | head -1`): the command then
+    ends with 141, as a tool killed by SIGPIPE does, not with 1, which means inconclusive here,
+    and without a word (there is no one left to read it)."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except BrokenPipeError:
+            self._closed()
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    @staticmethod
+    def _closed() -> NoReturn:
+        # Later writes (and the interpreter's last flush) go nowhere instead of failing again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(PIPE_CLOSED)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...: the real stdout's
+        return getattr(sys.stdout, name)
+
+
 ERR = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-OUT = Console(highlight=False, soft_wrap=True, markup=False)
+OUT = Console(file=_Stdout(), highlight=False, soft_wrap=True, markup=False)  # type: ignore[arg-type]
 _DEBUG = {"on": False}
 INTERRUPTED = 130
 

@@ -893,3 +893,22 @@ def test_a_session_whose_checkout_moved_says_so_and_how_to_read_it(tmp_path, com
     assert_one_line_error(
         result, 2, f"the session's pypto checkout {tmp_path / 'pypto'} is not there any more"
     )
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_141_not_1():
+    """`... | head -1`: 1 means inconclusive here, so a closed pipe must not say it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "config-reference"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    _, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 141, err
+    assert err == b""
