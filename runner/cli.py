@@ -287,6 +287,18 @@ SubmoduleSourceOpt = Annotated[
     ),
 ]
 
+SubmodulePathOpt = Annotated[
+    str | None,
+    typer.Option(metavar="PATH", help="Where the simpler gitlink sits in pypto [runtime]."),
+]
+OmitSubmoduleOpt = Annotated[
+    list[str] | None,
+    typer.Option(metavar="PATH", help="Leave this submodule out of source exports (repeatable)."),
+]
+PythonOpt = Annotated[
+    str | None, typer.Option(metavar="PYTHON", help="Python in the image [python3].")
+]
+
 BuildPinOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -405,17 +417,9 @@ def run(
     base_image: BaseImageOpt = None,
     workdir: WorkdirOpt = None,
     cache_dir: CacheOpt = None,
-    submodule_path: Annotated[
-        str | None,
-        typer.Option(metavar="PATH", help="Where the simpler gitlink sits in pypto [runtime]."),
-    ] = None,
+    submodule_path: SubmodulePathOpt = None,
     submodule_source: SubmoduleSourceOpt = None,
-    omit_submodule: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="PATH", help="Leave this submodule out of source exports (repeatable)."
-        ),
-    ] = None,
+    omit_submodule: OmitSubmoduleOpt = None,
     skip: Annotated[
         list[str] | None,
         typer.Option(
@@ -483,9 +487,7 @@ def run(
     ascend_home_path: Annotated[
         str | None, typer.Option(metavar="PATH", help="ASCEND_HOME_PATH inside the containers.")
     ] = None,
-    python: Annotated[
-        str | None, typer.Option(metavar="PYTHON", help="Python in the image [python3].")
-    ] = None,
+    python: PythonOpt = None,
     cpus: Annotated[
         float | None, typer.Option(metavar="CPUS", help="CPU limit per container.")
     ] = None,
@@ -1308,6 +1310,8 @@ def builder_prepare(
     resolve_by_date: ResolveByDateOpt = None,
     simpler: SimplerOpt = None,
     submodule_source: SubmoduleSourceOpt = None,
+    submodule_path: SubmodulePathOpt = None,
+    python: PythonOpt = None,
     cache_dir: CacheOpt = None,
     config: ConfigOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the builders as JSON.")] = False,
@@ -1327,6 +1331,8 @@ def builder_prepare(
         "wheelhouse": wheelhouse,
         "resolve_by_date": resolve_by_date,
         "simpler": simpler,
+        "submodule_path": submodule_path,
+        "python": python,
         "cache_dir": cache_dir,
     }
     console = Console(stderr=True, quiet=json_out, highlight=False, soft_wrap=True)

@@ -244,8 +244,8 @@ def prepare_builders(
     if not settings.known_good:
         raise BadInput("no known-good commit: pass --good REV (the range starts there)")
     good = history.resolve(settings.known_good)
-    bad = history.resolve(settings.bad or "HEAD")
-    chain = [good, *history.first_parent_range(good, bad)]
+    chain = [good, *history.first_parent_range(settings.known_good, settings.bad or "HEAD")]
+    _check_submodule_path(history, good, chain[1:], settings)  # as `run` does
     client = connect()
     image_id = base_image_id(client, settings.base_image)
     cache_root = settings.cache_root().resolve()

@@ -519,6 +519,9 @@ def test_builder_prepare_builds_the_ranges_builders_ahead_and_refuses_what_nothi
     assert refused.returncode == 2
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("error: pypto ") and "ninja==0.1" in last
+    # As `run` does: a runtime path neither end has would prepare no simpler builder at all.
+    nowhere = cli("builder", "prepare", *common, "--submodule-path", "nosuch")
+    assert nowhere.returncode == 2 and "neither end of the range" in nowhere.stderr, nowhere.stderr
 
 
 @pytest.fixture
