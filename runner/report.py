@@ -639,6 +639,16 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     if outcome.endpoint_failure is not None:
         return f"Stopped before bisecting: {outcome.endpoint_failure}."
     if not outcome.finished and outcome.rejudged is not None:
+        pending = outcome.pending
+        ends = outcome.pypto.candidates
+        if pending is not None and not pending.also and pending.pypto in (ends[0], ends[-1]):
+            which = "good" if pending.pypto == ends[0] else "bad"
+            now = "fails" if which == "good" else "passes"
+            return (
+                f"Re-judged by {outcome.rejudged}: the known-{which} commit {pending.pypto[:12]} "
+                f"{now} under these limits in runs the ledger has, so they may find no regression "
+                "in this range; `run` with them would run it again to tell."
+            )
         return (
             f"Re-judged by {outcome.rejudged}: the ledger lacks tests these limits need; `run` "
             f"with them would test next the {outcome.pending}."

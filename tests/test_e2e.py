@@ -662,6 +662,13 @@ def test_report_rethreshold_moves_the_culprit_from_the_ledger_without_docker(
     headline = (workdir / "rethreshold" / "report.md").read_text()
     assert "Re-judged by max_abs_diff <= 0.005: the ledger lacks tests" in headline
     assert "rerun the same `run` command" not in headline
+    # So loose that the known-bad end passes: the headline says that, not "lacks tests".
+    loose = cli(*rule, "--max-abs-diff", "1", env=no_docker)
+    assert loose.returncode == 0, loose.stderr
+    headline = (workdir / "rethreshold" / "report.md").read_text()
+    assert (
+        f"the known-bad commit {sample.pypto_shas[-1][:12]} passes under these limits" in headline
+    ), headline[:600]
     # The session's own reports stay as `run` wrote them: finished, exit 0.
     kept = json.loads((workdir / "report.json").read_text())
     assert (
