@@ -8,6 +8,7 @@ Deciding what to test is the search engine's job; this module only reports what 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,9 +121,12 @@ class History:
         if not rev or rev.startswith("-"):
             raise BadInput(f"not a revision: {rev!r}")
         try:
-            return self._git.output("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+            sha = self._git.output("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
         except GitFailed:
             pass
+        else:
+            self._unambiguous(rev, sha)
+            return sha
         try:  # again, for git's reason: an ambiguous short SHA is no unknown one
             self._git.output("rev-parse", "--verify", f"{rev}^{{commit}}")
         except GitFailed as exc:
@@ -132,6 +136,32 @@ class History:
                     "give more of the SHA"
                 ) from None
         raise BadInput(self._unknown(rev))
+
+    def _unambiguous(self, rev: str, sha: str) -> None:
+        """Refuse a name that is both a tag and a branch of other commits: git takes the tag
+        (and only warns), and a bisect end must be the commit the user means."""
+        if not re.fullmatch(r"[\w][\w./-]*", rev) or re.fullmatch(r"[0-9a-f]{7,40}", rev):
+            return  # not a plain ref name (HEAD~2, a SHA): nothing to be ambiguous about
+        try:
+            listed = self._git.output(
+                "for-each-ref",
+                "--format=%(refname) %(objectname) %(*objectname)",
+                f"refs/tags/{rev}",
+                f"refs/heads/{rev}",
+                f"refs/remotes/{rev}",
+            )
+        except GitFailed:
+            return
+        named = {}
+        for line in listed.splitlines():
+            ref, obj, *peeled = line.split()
+            named[ref] = (peeled or [obj])[0]
+        if len(named) > 1 and len(set(named.values())) > 1:
+            refs = " and ".join(sorted(named))
+            raise BadInput(
+                f"{rev!r} names both {refs}, which point at different commits; give the full "
+                f"ref (git would take {sha[:12]})"
+            )
 
     def first_parent_range(self, good: str, bad: str) -> list[str]:
         """Candidates between the endpoints, oldest first, `bad` last and `good` excluded.

@@ -583,3 +583,18 @@ def test_a_range_a_shallow_clone_cuts_off_says_the_clone_is_shallow(sample, tmp_
     with pytest.raises(BadInput, match=r"is a shallow clone.*git fetch --unshallow"):
         history.first_parent_range(old, tip)
     assert history.first_parent_range(sample.pypto_shas[-3], tip) == sample.pypto_shas[-2:]
+
+
+def test_a_name_that_is_a_tag_and_a_branch_of_other_commits_is_refused(sample, tmp_path):
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.mirrors["pypto"]), str(clone))
+    git(clone, "tag", "amb", sample.pypto_shas[2])
+    git(clone, "branch", "amb", sample.pypto_shas[5])
+    git(clone, "tag", "-a", "-m", "same", "same", sample.pypto_shas[4])
+    git(clone, "branch", "same", sample.pypto_shas[4])
+    history = History(clone)
+
+    with pytest.raises(BadInput, match=r"names both refs/heads/amb and refs/tags/amb"):
+        history.resolve("amb")
+    assert history.resolve("refs/heads/amb") == sample.pypto_shas[5]
+    assert history.resolve("same") == sample.pypto_shas[4]  # both name one commit: no doubt
