@@ -1542,11 +1542,11 @@ class Session:
 
         What that looks like: the level's last `DRIFT_STREAK` runs all failed, one of them a
         commit that had passed `REPLICATE` times before (the level's good end: once) and that
-        the runs before them put on the good side. A
-        flaky example does that now and then too, so it only makes the session re-run the
-        known-good commit until it passes; when it fails `DRIFT_RUNS` times in a row, the
-        session stops (exit 3) rather than read every failure as flakiness until its budget
-        runs out. A function of the recorded runs, so a resumed session decides the same."""
+        the runs before them put on the good side. A flaky example does that now and then too,
+        so it only makes the session re-run the known-good commit until it passes; when it
+        fails `DRIFT_RUNS` times in a row, the session stops (exit 3) rather than read every
+        failure as flakiness until its budget runs out. A function of the recorded runs, so a
+        resumed session decides the same."""
         if not (self.drift_check and self.verify) or self.repeat is not None:
             return
         timeline = sorted(result.timeline, key=lambda run: run[:2])
