@@ -1618,3 +1618,14 @@ def test_a_flaky_lie_mid_search_costs_one_known_good_run_and_the_culprit_stands(
     assert outcome.drift == []
     assert outcome.pypto.first_bad == plain.pypto.first_bad == sample.pypto_shas[5]
     assert ("drift", sample.pypto_shas[0], sample.gitlink(0)) in tester.tested
+
+
+def test_a_failing_known_good_end_may_simply_not_be_good_and_says_both():
+    """The tool cannot tell a good end that is not good from a broken environment."""
+    failed = recorded(verdict=Verdict.BAD, reason="does not match golden")
+
+    message = str(endpoint_error(EndpointFailure("good", failed)))
+
+    assert message.startswith("the known-good commit aaaaaaaaaaaa fails too (bad: does not ")
+    assert "either it is not good here (pick an older --good)" in message
+    assert "or the environment is at fault" in message
