@@ -23,6 +23,7 @@ from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL
 from runner.history import History
 from runner.sample.histories import SampleSpec, git, make_sample
 from tests.fixtures.cli import BASE_IMAGE, cli, rebuilt, run_args
+from tests.fixtures.docker import slow_container_removals
 from tests.fixtures.samples import SMALL, checkout_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -589,9 +590,9 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     """Twice: the second Ctrl-C lands while the run removes its containers. Thrice: the run
     ends at once, says so, and `cleanup` removes what it left.
 
-    The presses come while an example of the run is under way (it waits 3 s), so that removing
-    its container outlasts them: on an idle machine a run between containers cleaned up before
-    the third press arrived."""
+    The run talks to the engine through a relay that holds each container removal 3 s, so the
+    presses after the first, 0.5 s apart, land while it cleans up: without it, a run on an idle
+    machine at times removed its containers before the third press arrived."""
     sample = sample_factory(dataclasses.replace(PYPTO_REGRESSION, example_seconds=3.0))
     workdir = tmp_path / "work"
     args = [
@@ -601,23 +602,31 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
         *run_args(sample, workdir, tmp_path / "cold-cache"),
         "--json",
     ]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    owner = f"{socket.gethostname()}:{process.pid}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the run ended before it could be interrupted"
-        running = docker_client.containers.list(
-            filters={"label": f"{OWNER_LABEL}={owner}", "status": "running"}, ignore_removed=True
+    with slow_container_removals(hold=3.0) as engine:
+        process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "DOCKER_HOST": engine},
         )
-        if _attempts(workdir) and any(c.labels.get(KIND_LABEL) == "example" for c in running):
-            break
-        time.sleep(0.1)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
-    for _ in range(presses - 1):
-        time.sleep(0.05)
+        owner = f"{socket.gethostname()}:{process.pid}"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before it could be interrupted"
+            running = docker_client.containers.list(
+                filters={"label": f"{OWNER_LABEL}={owner}", "status": "running"},
+                ignore_removed=True,
+            )
+            if _attempts(workdir) and any(c.labels.get(KIND_LABEL) == "example" for c in running):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
         process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+        for _ in range(presses - 1):
+            time.sleep(0.5)
+            process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
 
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
