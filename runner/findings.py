@@ -74,9 +74,15 @@ def gather_facts(
                 if sha is not None:
                     commits[sha] = sub.commit_info(sha)
             if blamed is not None:
-                facts.simpler_stat = sub.stat(blamed)
-                facts.simpler_patch = sub.patch(blamed)
-                merged = sub.merged(blamed)
+                # Going forward the search reached the culprit from the state before it: a merge
+                # reached through its merged parent brings the first parent's line.
+                since = None
+                if blamed == simpler.first_bad and simpler.found > 0:
+                    before = simpler.candidates[simpler.found - 1]
+                    since = before if before in sub.parents(blamed)[1:] else None
+                facts.simpler_stat = sub.stat(blamed, since)
+                facts.simpler_patch = sub.patch(blamed, since)
+                merged = sub.merged(blamed, since)
                 # Its branch is simpler's: no --good/--bad of this tool's can bisect it.
                 facts.simpler_merged = None if merged is None else replace(merged, branch=None)
         except (SourceUnavailable, BadInput):

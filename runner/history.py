@@ -300,32 +300,47 @@ class History:
         """First parent, or None for a root commit."""
         return self.commit_info(commit).parent
 
-    def stat(self, commit: str) -> str:
-        """`git show --stat` against the first parent, for the report."""
+    def stat(self, commit: str, since: str | None = None) -> str:
+        """`git show --stat` against the first parent, for the report; against `since` (another
+        parent) when the search reached the commit from there."""
+        if since is not None:
+            return readable(self._run("diff", "--stat", since, commit, "--", rev=commit))
         return readable(
             self._run("show", "--first-parent", "--stat", "--format=", commit, "--", rev=commit)
         )
 
-    def patch(self, commit: str) -> str:
-        """The commit's diff against its first parent, for picking precision-relevant hunks."""
+    def patch(self, commit: str, since: str | None = None) -> str:
+        """The commit's diff against its first parent (or `since`, as for `stat`), for picking
+        precision-relevant hunks."""
+        if since is not None:
+            return readable(self._run("diff", "--no-color", "-U3", since, commit, "--", rev=commit))
         return readable(
             self._run(
                 "show", "--first-parent", "--format=", "--no-color", "-U3", commit, "--", rev=commit
             )
         )
 
-    def merged(self, commit: str) -> Merged | None:
+    def parents(self, commit: str) -> list[str]:
+        """The commit's parents, the first one first."""
+        return self._run("rev-list", "--parents", "-n", "1", commit, "--", rev=commit).split()[1:]
+
+    def merged(self, commit: str, since: str | None = None) -> Merged | None:
         """What a merge brings in: the commits its other parents reach and its first parent
-        does not, newest first; None for a commit with one parent or none."""
-        listed = self._run("rev-list", "--parents", "-n", "1", commit, "--", rev=commit)
-        first, *others = listed.split()[1:] or [""]
+        does not, newest first; None for a commit with one parent or none. `since`: the parent
+        the search came from, when that is not the first (a path through the merged branch):
+        then what the merge brings is what that parent lacks, the first parent's line."""
+        first, *others = self.parents(commit) or [""]
         if not others:
             return None
-        shown = self._git.output("log", "--format=%H%x00%s", *others, "--not", first, "--")
+        base = since if since is not None and since in others else first
+        sides = [parent for parent in (first, *others) if parent != base]
+        shown = self._git.output("log", "--format=%H%x00%s", *sides, "--not", base, "--")
         brought = tuple(
             (sha, subject)
             for sha, subject in (line.split("\0", 1) for line in shown.splitlines() if "\0" in line)
         )
+        if base != first:  # the first parent's line is no branch of this tool's to bisect
+            return Merged(brought, None)
         # Its branch is a range this tool can bisect when the fork point lies on the merged
         # parent's first-parent line, as it does for a branch merged once.
         branch = None

@@ -152,6 +152,45 @@ def test_a_merge_lists_the_commits_it_brings_and_its_branch_to_bisect(sample, me
     ]
 
 
+def test_a_merge_reached_through_its_merged_parent_brings_the_first_parents_line(tmp_path):
+    """An old runtime pointer on a feature branch that main merged later: the search reaches the
+    merge from the branch, so what it brings is main's side, and its diff is against the branch."""
+    repo = tmp_path / "simpler"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    step = iter(range(1, 100))
+
+    def commit(name: str, text: str) -> None:
+        (repo / name).write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", text.strip(), when=next(step) * 86_400)
+
+    commit("base.c", "s0\n")
+    git(repo, "checkout", "-q", "-b", "feat")
+    commit("feat.c", "f1\n")
+    commit("feat.c", "f2\n")
+    git(repo, "checkout", "-q", "main")
+    commit("main.c", "s1\n")
+    commit("scale.c", "s2 regression\n")
+    git(repo, "merge", "-q", "--no-ff", "-m", "s3 Merge feat", "feat", when=next(step) * 86_400)
+    history = History(repo)
+    merge = history.resolve("main")
+    first, branch = history.parents(merge)
+
+    from_branch = history.merged(merge, since=branch)
+    assert from_branch is not None and from_branch.branch is None
+    assert [subject for _, subject in from_branch.commits] == ["s2 regression", "s1"]
+    assert "scale.c" in history.stat(merge, since=branch)
+    assert "feat.c" not in history.stat(merge, since=branch)
+    assert "+s2 regression" in history.patch(merge, since=branch)
+    # From the first parent (or with no `since`), the branch's commits, as before.
+    for since in (first, None):
+        brought = history.merged(merge, since=since)
+        assert brought is not None
+        assert [subject for _, subject in brought.commits] == ["f2", "f1"]
+    assert "feat.c" in history.stat(merge) and "scale.c" not in history.stat(merge)
+
+
 @pytest.mark.parametrize(
     ("good", "bad", "complaint"),
     [
