@@ -499,6 +499,9 @@ class PackageSources:
 def _fetch_url(url: str) -> tuple[str, bytes]:
     if url.startswith("file:"):
         directory = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+        if not directory.is_dir() and directory.parent.is_dir():
+            # The index is there and has no such project, as a 404 from a server says.
+            raise urllib.error.HTTPError(url, 404, "no such project", None, None)  # type: ignore[arg-type]
         page = directory / "index.html"
         if page.is_file():
             return "text/html", page.read_bytes()
@@ -668,6 +671,16 @@ def _choose(
         if r.has_wheel and requirement.specifier.contains(r.version, prereleases=prereleases)
     ]
     if not releases:
+        where_from = (
+            f"the wheelhouse {sources.wheelhouse}" if sources.wheelhouse else "the package index"
+        )
+        known = [r.version for r in sources.releases(name) if r.has_wheel]
+        if known:  # found, but no release satisfies it: no index is to blame
+            raise BadInput(
+                f"{where}: no release of {name} in {where_from} satisfies the build requirement "
+                f"{str(requirement)!r} (newest there: {max(known)}); pin another version with "
+                "build_pins (--build-pin)"
+            )
         if sources.unreachable and not sources.wheelhouse:
             index, why = next(iter(sources.unreachable.items()))
             raise BadInput(
@@ -675,9 +688,6 @@ def _choose(
                 f"requirement {str(requirement)!r}; offline, pass --wheelhouse with its wheels "
                 "(or run `builder prepare` while online)"
             )
-        where_from = (
-            f"the wheelhouse {sources.wheelhouse}" if sources.wheelhouse else "the package index"
-        )
         raise BadInput(
             f"{where}: build requirement {str(requirement)!r} has no wheel in {where_from}; "
             "add one to --wheelhouse, or pin another version with build_pins"

@@ -117,6 +117,8 @@ class Toolchains:
                 if commit in ends:
                     raise  # nothing to bisect from: say so before the first step
                 continue  # a commit in between: its test is a skip
+            except BadInput as exc:  # e.g. a requirement no release satisfies
+                raise self._skippable(exc, commit, ends) from None
             where = f"{package} {commit[:12]}"
             self.provisioner.require_compiler(resolution, where)
             try:
@@ -126,13 +128,18 @@ class Toolchains:
                     self.provisioner.download(resolution, where)
                     made = None
             except BadInput as exc:
-                if commit in ends:
-                    raise
-                raise BadInput(
-                    f"{exc}; or, if it cannot be built, --skip {commit[:12]} takes it as untestable"
-                ) from None
+                raise self._skippable(exc, commit, ends) from None
             planned.append(Planned(package, commit, resolution, made))
         return planned
+
+    @staticmethod
+    def _skippable(exc: BadInput, commit: str, ends: Collection[str | None]) -> BadInput:
+        """A commit between the ends whose tools nothing supplies may be skipped instead."""
+        if commit in ends:
+            return exc
+        return BadInput(
+            f"{exc}; or, if it cannot be built, --skip {commit[:12]} takes it as untestable"
+        )
 
     def _inside_bumps(
         self, chain: Sequence[str], gitlinks: Mapping[str, str | None]

@@ -256,6 +256,30 @@ def test_a_requirement_nothing_satisfies_names_the_commit_and_the_requirement(
     assert "simpler 0123456789ab" in message and "scikit-build-core>=99" in message
 
 
+def test_a_local_index_without_the_project_or_a_satisfying_release_blames_neither_reachability(
+    tmp_path: Path,
+) -> None:
+    """A file:// index lacking a project's folder has no such project (a server says 404), and a
+    requirement no release satisfies says so: both were 'cannot reach the package index'."""
+    project = tmp_path / "simple" / "scikit-build-core"
+    project.mkdir(parents=True)
+    (project / "scikit_build_core-0.11.5-py3-none-any.whl").write_bytes(b"")
+    sources = PackageSources(pip_config={"index-url": f"file://{tmp_path}/simple"})
+
+    def fails(requirement: str) -> str:
+        with pytest.raises(BadInput) as raised:
+            resolve(
+                [requirement], where="pypto 0123456789ab", when=when("2024-01-01"), sources=sources
+            )
+        return str(raised.value)
+
+    assert "has no wheel in the package index" in fails("no-such-tool")
+    unsatisfied = fails("scikit-build-core>=99")
+    assert "no release of scikit-build-core in the package index satisfies" in unsatisfied
+    assert "'scikit-build-core>=99' (newest there: 0.11.5)" in unsatisfied
+    assert "cannot reach" not in unsatisfied and sources.unreachable == {}
+
+
 # -- builder images ---------------------------------------------------------------------------
 
 SKBUILD_OLD = '[build-system]\nrequires = ["scikit-build-core>=0.10"]\n'

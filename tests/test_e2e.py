@@ -198,21 +198,54 @@ def test_a_pypto_whose_build_reads_the_runtime_is_built_with_each_simpler_state(
     assert set(wheels) - {sample.gitlink(4)} <= built_with, (wheels, built_with)
 
 
-def test_a_commit_whose_build_tools_nothing_supplies_can_be_skipped(sample_factory, bisect):
+@pytest.mark.parametrize("requirement", ["ninja==0.1", "ninja>=99"])
+def test_a_commit_whose_build_tools_nothing_supplies_can_be_skipped(
+    sample_factory, bisect, requirement
+):
+    """==0.1: no wheel to download; >=99: no release satisfies it when the tools are resolved."""
     sample = sample_factory(PYPTO_REGRESSION)
     middle = sample.pypto_shas[3]
-    pin = {"package": "pypto", "commits": [middle], "requirements": ["ninja==0.1"]}
+    pin = {"package": "pypto", "commits": [middle], "requirements": [requirement]}
 
     refused = bisect(sample, "--build-pin", json.dumps(pin))
 
     assert refused.returncode == 2
     last = refused.stderr.strip().splitlines()[-1]
-    assert "ninja==0.1" in last and last.endswith(f"--skip {middle[:12]} takes it as untestable"), (
+    assert requirement in last and last.endswith(f"--skip {middle[:12]} takes it as untestable"), (
         last
     )
+    assert "cannot reach" not in last
     skipped = bisect(sample, "--build-pin", json.dumps(pin), "--skip", middle)
     assert skipped.returncode == 0, skipped.stderr
     assert skipped.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
+
+
+def test_a_requirement_no_release_satisfies_in_the_range_names_it_and_offers_skip(
+    sample_factory, bisect, tmp_path
+):
+    """A commit of the range whose pyproject asks for a release nothing has (a later commit
+    reverts it): that is said, with --skip, not blamed on a package index that answered."""
+    sample = sample_factory(PYPTO_REGRESSION)
+    pypto = tmp_path / "pypto"
+    shutil.copytree(sample.pypto, pypto, symlinks=True)
+    pyproject = pypto / "pyproject.toml"
+    before = pyproject.read_text()
+    assert 'requires = ["setuptools"]' in before
+    pyproject.write_text(
+        before.replace('requires = ["setuptools"]', 'requires = ["setuptools>=999"]')
+    )
+    git(pypto, "commit", "-q", "-am", "needs a setuptools from the future", when=400 * 86_400)
+    wanting = git(pypto, "rev-parse", "HEAD").strip()
+    pyproject.write_text(before)
+    git(pypto, "commit", "-q", "-am", "back to any setuptools", when=401 * 86_400)
+
+    refused = bisect(dataclasses.replace(sample, pypto=pypto))
+
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert f"pypto {wanting[:12]}: no release of setuptools" in last, last
+    assert "satisfies the build requirement 'setuptools>=999'" in last, last
+    assert last.endswith(f"--skip {wanting[:12]} takes it as untestable"), last
 
 
 def test_a_simpler_commit_whose_pyproject_is_not_toml_is_a_skip_not_the_end(sample_factory, bisect):
