@@ -750,9 +750,13 @@ def status(
         if level.get("likeliest") is not None:
             # The confidence search: a flaky record has no plain good/bad bounds to show.
             held = level["holding_99"]
+            what = (
+                f"likeliest culprit {level['likeliest'][:12]} (its removal brought the regression)"
+                if level["likeliest_removed"]
+                else f"likeliest first bad {level['likeliest'][:12]}"
+            )
             OUT.print(
-                f"{level['level']} level: likeliest first bad {level['likeliest'][:12]} "
-                f"({level['probability']:.1%}); {held} "
+                f"{level['level']} level: {what} ({level['probability']:.1%}); {held} "
                 f"{'candidates hold' if held != 1 else 'candidate holds'} 99% of the probability; "
                 f"{counted(level['runs'], 'run')}, {about}"
             )
@@ -788,6 +792,7 @@ def _status_data(state: Any, running: bool = False) -> dict:
         # what plain bisection would still search.
         lo, hi = result.bounds
         likeliest = probability = None
+        removed = False
         # Before any candidate between the ends has run, the likeliest is the prior's pick.
         inside = any(0 < i < len(result.candidates) - 1 for i in result.observations)
         if (
@@ -799,10 +804,13 @@ def _status_data(state: Any, running: bool = False) -> dict:
             index, probability = result.belief.ranked(limit=1)[0]
             if result.found is not None:
                 index, probability = result.found, result.belief.probabilities[result.found]
-            likeliest = result.candidates[index]
+            likeliest = outcome.blamed(result, index)
+            removed = likeliest != result.candidates[index]
         levels.append(
             {
                 "likeliest": likeliest,
+                # Going backward: the commit whose removal brought the regression back.
+                "likeliest_removed": removed,
                 "probability": probability,
                 "runs": sum(len(seen) for seen in result.observations.values()),
                 "level": result.level,

@@ -262,9 +262,10 @@ def _where(step: dict[str, Any]) -> str:
     return placement(device, step.get("node")) if device else ""
 
 
-def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
+def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] | None:
     """How sure a level is: per tested commit its pass/fail counts, the culprit's probability
-    and the runner-up, the estimated flake rates, and the candidates when it stayed unsure."""
+    and the runner-up, the estimated flake rates, and the candidates when it stayed unsure (the
+    commits they blame: `Outcome.blamed`)."""
     if level is None:
         return None
     tested = []
@@ -289,7 +290,10 @@ def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
     }
     runner_up = level.runner_up
     if runner_up is not None:
-        data["runner_up"] = {"sha": runner_up[0], "probability": runner_up[1]}
+        data["runner_up"] = {
+            "sha": outcome.blamed(level, runner_up[0]),
+            "probability": runner_up[1],
+        }
     if level.belief is not None:
         data["false_fail"] = level.belief.false_fail
         data["false_pass"] = level.belief.false_pass
@@ -302,7 +306,7 @@ def _confidence(level: LevelResult | None) -> dict[str, Any] | None:
     data["rates_from_prior"] = agree and evidence[0] == evidence[2] == 0
     if level.low_confidence is not None:
         data["low_confidence"] = [
-            {"sha": level.candidates[i], "probability": p} for i, p in level.low_confidence
+            {"sha": outcome.blamed(level, i), "probability": p} for i, p in level.low_confidence
         ]
     return data
 
@@ -382,7 +386,12 @@ def _levels(doc: LedgerDocument, outcome: Outcome) -> list[tuple[str, list[Point
     out.append(("pypto", series(pypto_runs, outcome.pypto.candidates), outcome.pypto.found))
     level = outcome.simpler
     if level is not None:  # its states' runs are those its model counted, whatever their level
-        out.append(("simpler", series(runs, level.candidates, level.runs), level.found))
+        # Going backward the culprit is the state before the first bad one: the commit whose
+        # removal brought the regression back.
+        culprit = level.found
+        if culprit is not None and outcome.blamed(level, culprit) != level.candidates[culprit]:
+            culprit -= 1
+        out.append(("simpler", series(runs, level.candidates, level.runs), culprit))
     return out
 
 
@@ -591,8 +600,8 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
         "environment": _environment(doc),
         "confidence": {
             "threshold": outcome.confidence,
-            "pypto": _confidence(pypto),
-            "simpler": _confidence(simpler),
+            "pypto": _confidence(outcome, pypto),
+            "simpler": _confidence(outcome, simpler),
         },
         "steps": [{**_step(a), "superseded": a.run_id in superseded} for a in doc.attempts],
         "stats": _stats(doc, facts.wall_s, facts.invocation_s),

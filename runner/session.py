@@ -230,17 +230,15 @@ class LevelResult:
         return self.belief.probabilities[self.found]
 
     @property
-    def runner_up(self) -> tuple[str, float] | None:
+    def runner_up(self) -> tuple[int, float] | None:
+        """The index second likeliest to be the first bad one, and its probability."""
         if self.belief is None:
             return None
         ranked = list(self.belief.ranked(mass=1.0, limit=3))
         # Second to the culprit, or, with none named, to the likeliest candidate.
         top = self.found if self.found is not None else (ranked[0][0] if ranked else None)
         ranked = [(i, p) for i, p in ranked if i != top]
-        if not ranked:
-            return None
-        index, p = ranked[0]
-        return self.candidates[index], p
+        return ranked[0] if ranked else None
 
     @property
     def suspects(self) -> list[str]:
@@ -441,9 +439,15 @@ class Outcome:
         level = self.simpler
         if level is None or level.found is None:
             return None
-        if self._backward_step(level.found):
-            return level.candidates[level.found - 1]
-        return level.candidates[level.found]
+        return self.blamed(level, level.found)
+
+    def blamed(self, level: LevelResult, index: int) -> str:
+        """The commit that `index` as `level`'s first bad state blames: that state, or, where
+        the simpler pointer moves backward, the state before it (the commit whose removal
+        brought the regression back)."""
+        if level is self.simpler and index > 0 and self._backward_step(index):
+            return level.candidates[index - 1]
+        return level.candidates[index]
 
     def _backward_step(self, index: int) -> bool:
         return self.direction == "backward" or (

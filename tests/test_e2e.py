@@ -265,7 +265,9 @@ def test_a_simpler_commit_whose_pyproject_is_not_toml_is_a_skip_not_the_end(samp
     ), [s["reason"] for s in unreadable]
 
 
-def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_factory, bisect):
+def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(
+    sample_factory, bisect, tmp_path
+):
     sample = sample_factory(BACKWARD)
 
     result = bisect(sample)
@@ -276,7 +278,22 @@ def test_a_backward_bump_that_drops_a_fix_blames_the_dropped_commit(sample_facto
     assert report["pypto"]["first_bad"] == sample.pypto_shas[6]
     assert report["simpler"]["direction"] == "backward"
     assert report["simpler"]["first_bad"] == sample.simpler_shas[4]
-    assert report["simpler"]["culprit"] == sample.simpler_shas[5]
+    culprit = sample.simpler_shas[5]
+    assert report["simpler"]["culprit"] == culprit
+    # The figures, the runner-up and `status` name the dropped commit too, not the first bad
+    # state (the runner-up was the culprit itself).
+    runner_up = report["confidence"]["simpler"]["runner_up"]
+    assert runner_up is not None and runner_up["sha"] != culprit
+    marked = [
+        line
+        for line in (tmp_path / "work" / "report.md").read_text().splitlines()
+        if "**culprit**" in line
+    ]
+    assert any(f"`{culprit[:12]}`" in line for line in marked), marked
+    assert not any(f"`{sample.simpler_shas[4][:12]}`" in line for line in marked), marked
+    status = cli("status", "--workdir", str(tmp_path / "work"), "--json")
+    simpler = status.json()["levels"][1]
+    assert simpler["likeliest"] == culprit and simpler["likeliest_removed"] is True
 
 
 def test_a_culprit_changing_code_and_pointer_is_split_and_descends_into_simpler(
