@@ -676,9 +676,12 @@ def _print_confidence(level: dict | None, threshold: float = 1.0) -> None:
 
 
 def _print_summary(report: dict, md_path: Path) -> None:
+    from runner.report import source_also
+
     source = report["source"]
     pypto = report["pypto"]
-    OUT.print(f"regression source: {source}")
+    carrier = (report.get("split") or {}).get("carrier")
+    OUT.print(f"regression source: {source}{source_also(source, carrier)}")
     if pypto["first_bad"]:
         commit = pypto.get("commit") or {}
         OUT.print(f"first bad pypto commit: {pypto['first_bad']} {commit.get('subject', '')}")

@@ -745,13 +745,24 @@ def _commit_block(
     return [*lines, ""]
 
 
+def source_also(source: str, carrier: str | None) -> str:
+    """What the source line adds when both halves of a split culprit regress on their own:
+    the simpler commit found is half of the answer (fixing it alone leaves pypto's change)."""
+    if source == "simpler" and carrier == "both":
+        return " and pypto's own code change in the culprit (both halves regress alone)"
+    return ""
+
+
 def build_markdown(
     doc: LedgerDocument, outcome: Outcome, facts: ReportFacts, data: dict[str, Any]
 ) -> str:
     """The human report; `data` is `build_json`'s result for the same inputs."""
     lines = ["# Precision bisect report", "", _headline(outcome, facts), ""]
     code = outcome.exit_code if outcome.finished else "none yet (not finished)"
-    source = f"**{outcome.source}**" if outcome.finished else "not known yet (not finished)"
+    source = "not known yet (not finished)"
+    if outcome.finished:
+        carrier = outcome.split.carrier if outcome.split is not None else None
+        source = f"**{outcome.source}**{source_also(outcome.source, carrier)}"
     lines += [f"- regression source: {source}", f"- exit code: {code}"]
     inputs = doc.inputs
     lines += [

@@ -1501,7 +1501,9 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     assert "bisect the merged branch" not in markdown
 
 
-def test_a_bump_whose_halves_both_regress_says_so_in_the_headline(sample_factory):
+def test_a_bump_whose_halves_both_regress_says_so_in_the_headline(sample_factory, capsys):
+    from runner.cli import _print_summary
+
     sample = sample_factory(
         SampleSpec(
             **SMALL,
@@ -1515,12 +1517,19 @@ def test_a_bump_whose_halves_both_regress_says_so_in_the_headline(sample_factory
     doc = ledger_of(sample, tester)
     assert outcome.split is not None and outcome.split.carrier == "both"
 
-    headline = build_markdown(doc, outcome, ReportFacts(), build_json(doc, outcome, ReportFacts()))
+    data = build_json(doc, outcome, ReportFacts())
+    headline = build_markdown(doc, outcome, ReportFacts(), data)
     assert headline.splitlines()[2] == (
         f"The regression came in with pypto {sample.pypto_shas[4][:12]}, from simpler "
         f"{sample.simpler_shas[3][:12]}; pypto's own code change in it regresses too (both "
         "halves fail alone)."
     )
+    # The source line too: fixing the simpler commit alone leaves pypto's half.
+    both = "**simpler** and pypto's own code change in the culprit (both halves regress alone)"
+    assert f"- regression source: {both}" in headline.splitlines()
+    assert data["source"] == "simpler" and data["split"]["carrier"] == "both"
+    _print_summary(data, Path("report.md"))
+    assert f"regression source: {both.replace('**', '')}" in capsys.readouterr().out
 
 
 def test_the_report_names_the_cards_of_earlier_runs_of_a_resumed_session(sample_factory):
