@@ -25,6 +25,10 @@ from runner.session import Outcome
 from runner.sources import SourceExporter
 from runner.triage import compare_generated
 
+# A merge culprit's brought-in commits checked for a pointer move of their own (git runs two
+# commands per commit; a merge of a long-lived branch can bring thousands).
+MOVERS_LOOKED_AT = 200
+
 
 def _artifacts(attempt: Attempt | None) -> Path | None:
     if attempt is None or attempt.artifacts_dir is None:
@@ -60,6 +64,13 @@ def gather_facts(
         facts.culprit_patch = history.patch(culprit)
         facts.merged = history.merged(culprit)
     path = doc.inputs.submodule_path
+    if facts.merged is not None:
+        # Which of the commits a merge culprit brings moved the runtime pointer themselves.
+        for sha, subject in facts.merged.commits[:MOVERS_LOOKED_AT]:
+            parent = history.parent(sha)
+            before = history.gitlink(parent, path) if parent is not None else None
+            if history.gitlink(sha, path) != before:
+                facts.pointer_movers.append((sha, subject))
     good_run = bad_run = None
     if outcome.pypto.found is not None:
         last_good = outcome.pypto.last_good

@@ -61,6 +61,8 @@ class ReportFacts:
     noop: str = ""  # "pypto"/"simpler": the culprit's build equals its parent's
     merged: Merged | None = None  # what the pypto culprit brings in, when it is a merge
     simpler_merged: Merged | None = None  # likewise the simpler culprit (no branch to bisect)
+    # The commits a pypto merge culprit brings that moved the runtime pointer themselves.
+    pointer_movers: list[tuple[str, str]] = field(default_factory=list)
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -193,6 +195,24 @@ def _merge_block(merged: Merged) -> list[str]:
             f"To find which, bisect the merged branch: `run --good {good[:12]} --bad {bad[:12]}` "
             "with this run's other options (when the branch alone shows the regression).",
         ]
+    return [*lines, ""]
+
+
+def _movers_block(merged: Merged, movers: list[tuple[str, str]]) -> list[str]:
+    """A merge culprit whose pointer move carries the regression: which of the commits it
+    brings moved the pointer (the merge's own move is theirs)."""
+    listed = ", ".join(f"`{sha[:12]}` {subject}".rstrip() for sha, subject in movers[:3])
+    more = f" and {len(movers) - 3} more" if len(movers) > 3 else ""
+    lines = [
+        f"It is a merge of {counted(len(merged.commits), 'commit')}; the pointer move came in "
+        f"with {listed}{more}.",
+    ]
+    if merged.branch is not None:
+        good, bad = merged.branch
+        lines.append(
+            f"Its branch can be bisected on its own: `run --good {good[:12]} --bad {bad[:12]}` "
+            "with this run's other options."
+        )
     return [*lines, ""]
 
 
@@ -797,6 +817,8 @@ def build_markdown(
                 f"{', direction ' + outcome.direction if outcome.direction else ''}).",
                 "",
             ]
+            if merged is None and facts.merged is not None and facts.pointer_movers:
+                lines += _movers_block(facts.merged, facts.pointer_movers)
         if outcome.change is not None and outcome.change.new is None:
             lines += [
                 f"The culprit has no `{inputs.submodule_path}` gitlink (the pre-submodule era): "

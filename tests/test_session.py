@@ -1486,6 +1486,14 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     assert data["pypto"]["merged"] is None
     markdown = build_markdown(doc, outcome, facts, data)
     assert "It is a merge" not in markdown and "a merge of" not in markdown
+    # ... but which of them moved the pointer is said, with the branch to bisect.
+    moved = replace(facts, pointer_movers=[brought[3]])
+    markdown = build_markdown(doc, outcome, moved, build_json(doc, outcome, moved))
+    assert (
+        f"It is a merge of 25 commits; the pointer move came in with `{brought[3][0][:12]}` "
+        "side work 22." in markdown.splitlines()
+    )
+    assert f"`run --good cccccccccccc --bad {brought[0][0][:12]}`" in markdown
 
     # A simpler culprit that is a merge is listed with what it brings; its branch is simpler's.
     facts = ReportFacts(simpler_merged=Merged(brought[:2], None))
