@@ -773,6 +773,15 @@ def source_also(source: str, carrier: str | None) -> str:
     return ""
 
 
+def _clip(text: str, width: int) -> str:
+    """`text` cut to `width` at a word's end, with an ellipsis: a figure cut in the middle
+    reads as another number ("0.00" of 0.007875)."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + " …"
+
+
 def build_markdown(
     doc: LedgerDocument, outcome: Outcome, facts: ReportFacts, data: dict[str, Any]
 ) -> str:
@@ -880,7 +889,7 @@ def build_markdown(
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step in data["steps"]:
-        reason = str(step["reason"]).replace("|", "\\|")[:90]
+        reason = _clip(str(step["reason"]).replace("|", "\\|"), 90)
         cache = "yes" if step["from_cache"] else "no"
         lines.append(
             f"| {step['run_id']} | {step['round'] or ''} | {_where(step)} | {step['level']} | "

@@ -213,7 +213,13 @@ class Tolerance:
         if judged is verdict:
             return verdict, reason
         said = f"{verdict.value}: {reason}" if reason else verdict.value
-        return judged, f"{self.breach(metrics) or 'within the limits'} (the example: {said})"
+        return judged, f"{self.breach(metrics) or self.within(metrics)} (the example: {said})"
+
+    def within(self, metrics: Mapping[str, MetricValue]) -> str:
+        """The figures against their limits when none exceeds one, as "within the limits:
+        max_abs_diff 0.0079 <= 0.01" (the figure first: a reason is cut to fit a table)."""
+        figures = [f"{key} {value:g} <= {limit:g}" for key, value, limit in self._figures(metrics)]
+        return f"within the limits: {', '.join(figures)}" if figures else "within the limits"
 
     def _figures(self, metrics: Mapping[str, MetricValue]) -> list[tuple[str, float, float]]:
         """(figure, value, limit) of each limit the run printed a figure for."""

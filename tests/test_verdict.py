@@ -533,3 +533,18 @@ def test_a_failing_tensor_without_a_figure_keeps_the_examples_fail_under_limits(
     assert limits.reads(both.metrics)
     assert limits.apply(both.verdict, both.metrics) is Verdict.BAD  # 2/8 > 1 %
     assert Tolerance(max_mismatch_ratio=0.3).apply(Verdict.BAD, both.metrics) is Verdict.GOOD
+
+
+def test_a_failure_the_limits_pass_names_its_figures_first_and_the_table_cuts_at_a_word() -> None:
+    from runner.report import _clip
+
+    outcome = judge(1, FAILING)
+    verdict, reason = Tolerance(max_abs_diff=0.01).judge(
+        outcome.verdict, outcome.reason, outcome.metrics
+    )
+    assert verdict is Verdict.GOOD
+    assert reason.startswith("within the limits: max_abs_diff 0.0039 <= 0.01 (the example: bad: ")
+    # Cut to a table's width at a word's end, never inside a figure ("0.00" of 0.0039).
+    clipped = _clip(reason, 60)
+    assert clipped == "within the limits: max_abs_diff 0.0039 <= 0.01 (the …"
+    assert len(clipped) <= 60 and _clip("short", 60) == "short"
