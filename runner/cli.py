@@ -991,6 +991,13 @@ def reproduce(
     workdir: WorkdirOpt = None,
     session: SessionOpt = None,
     config: ConfigOpt = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Wheel cache and source mirrors [the one the session ran with].",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream logs.")] = False,
 ) -> None:
     """Run a recorded attempt again in a fresh container and compare the verdicts (an earlier
@@ -1005,6 +1012,7 @@ def reproduce(
             echo=(lambda line: ERR.print(line.rstrip())) if verbose else None,
             session=session,
             note=ERR.print,
+            cache_dir=cache_dir,
         )
     OUT.print(f"recorded:   {original.verdict.value} {original.reason} ({original.run_id})")
     OUT.print(

@@ -777,24 +777,30 @@ def reproduce(
     echo: Callable[[str], None] | None = None,
     session: str | None = None,
     note: Callable[[str], None] | None = None,
+    cache_dir: Path | None = None,
 ) -> tuple:
     """Run a recorded attempt again in a fresh container; returns (original, new attempt).
 
     The attempt is looked up in the current session, then in the earlier ones (run ids are
     unique across them), or only in ``session`` (`find_recorded`, which tells `note` which
-    attempt a SHA took); it is rebuilt with its own session's settings.
+    attempt a SHA took); it is rebuilt with its own session's settings, in `cache_dir` when
+    given instead of the session's cache.
     """
     workdir = workdir.expanduser().resolve()
+    if cache_dir is not None and not cache_dir.expanduser().is_dir():
+        raise BadInput(f"--cache-dir {cache_dir}: no such directory")
     recorded = find_recorded(workdir, run_id, session, note)
     original = recorded.attempt
     settings = load_saved_settings(workdir, recorded.settings)
     inputs = recorded.document.inputs
+    moved = {"cache_dir": cache_dir.expanduser().resolve()} if cache_dir is not None else {}
     settings = settings.model_copy(
         update={
             "pypto": inputs.checkout(),
             "lib": Path(inputs.lib_repo),
             "known_good": inputs.good,
             "bad": inputs.bad,
+            **moved,
         }
     )
     prepared = prepare(settings)

@@ -577,6 +577,19 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     again = cli("reproduce", "--workdir", str(workdir), culprit_run)
     assert again.returncode == 0, again.stderr
     assert "the verdict reproduces" in again.stdout
+    # In another cache (the session's moved, or a clean-room check): built there, the same.
+    elsewhere = tmp_path / "other-cache"
+    elsewhere.mkdir()
+    rebuilt_there = cli(
+        "reproduce", "--workdir", str(workdir), "--cache-dir", str(elsewhere), culprit_run
+    )
+    assert rebuilt_there.returncode == 0, rebuilt_there.stderr
+    assert "the verdict reproduces" in rebuilt_there.stdout
+    assert "pypto wheel: the recorded file (rebuilt" in rebuilt_there.stdout, rebuilt_there.stdout
+    there = cli("cache", "ls", "--cache-dir", str(elsewhere), "--json").json()
+    assert {"pypto", "simpler"} <= {entry["package"] for entry in there}
+    missing = cli("reproduce", "--workdir", str(workdir), "--cache-dir", str(tmp_path / "no"), "1")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: --cache-dir "), missing
     cached = cli("cache", "ls", "--cache-dir", str(shared_cache), "--json").json()
     assert {"pypto", "simpler"} <= {entry["package"] for entry in cached}
     # One commit built by two builders is two entries: the builder tells them apart.
