@@ -468,8 +468,8 @@ def run_bisect(
             ledger.supersede(again)
             if again and events is not None:
                 events.note(
-                    f"{len(again)} skips for sources the checkout lacked are tested again: "
-                    "it holds them now"
+                    f"{len(again)} skips for sources that were missing are tested again: the "
+                    "checkout or the clones given now hold them"
                 )
             # A commit taken out with --skip before and not now is tested like any other.
             unskipped = [
