@@ -1114,8 +1114,8 @@ class Session:
         span = f"pypto {commits[0][:12]}..{commits[-1][:12]} could not be told apart (untested "
         if untested_code:
             outcome.notes.append(
-                f"{span}commits before the first bad one, which change pypto's code and move the "
-                f"{self.path} pointer): their combined move {change.old[:12]} -> "
+                f"{span}commits before the first bad one, which between them change pypto's code "
+                f"and move the {self.path} pointer): their combined move {change.old[:12]} -> "
                 f"{change.new[:12]} is split as one bump with the code of {commits[-1][:12]}, the "
                 "first of them that builds, and simpler is bisected across it"
             )

@@ -858,6 +858,9 @@ def test_untested_code_before_the_bump_that_brings_the_simpler_commit_is_not_cle
     assert outcome.pypto.suspects == sample.pypto_shas[4:6]
     [note] = [n for n in outcome.notes if "never built with the old pointer" in n]
     assert f"simpler {sample.simpler_shas[3][:12]}" in note
+    # pypto 4 only changes code and pypto 5 moves the pointer: said of them together.
+    [split] = [n for n in outcome.notes if "could not be told apart" in n]
+    assert "which between them change pypto's code and move the runtime pointer" in split
 
 
 @pytest.mark.parametrize("repeat", [None, 1])
