@@ -675,6 +675,12 @@ def _print_confidence(level: dict | None, threshold: float = 1.0) -> None:
     OUT.print(line)
 
 
+def _print_candidates(level: dict) -> None:
+    subjects = level.get("candidate_subjects") or {}
+    for sha in level["candidates"]:
+        OUT.print(f"  {sha} {subjects.get(sha, '')}".rstrip(), markup=False)
+
+
 def _print_summary(report: dict, md_path: Path) -> None:
     from runner.report import source_also
 
@@ -688,8 +694,7 @@ def _print_summary(report: dict, md_path: Path) -> None:
         _print_confidence((report.get("confidence") or {}).get("pypto"), _threshold(report))
     else:
         OUT.print(f"the first bad pypto commit is one of {len(pypto['candidates'])}:")
-        for sha in pypto["candidates"]:
-            OUT.print(f"  {sha}")
+        _print_candidates(pypto)
     simpler = report.get("simpler")
     if simpler:
         if simpler["culprit"]:
@@ -701,8 +706,7 @@ def _print_summary(report: dict, md_path: Path) -> None:
             _print_confidence((report.get("confidence") or {}).get("simpler"), _threshold(report))
         else:
             OUT.print(f"the simpler commit is one of {len(simpler['candidates'])}:")
-            for sha in simpler["candidates"]:
-                OUT.print(f"  {sha}")
+            _print_candidates(simpler)
     if pypto["first_bad"] is None:
         _print_confidence((report.get("confidence") or {}).get("pypto"), _threshold(report))
     if report.get("split"):

@@ -216,6 +216,12 @@ def _movers_block(merged: Merged, movers: list[tuple[str, str]]) -> list[str]:
     return [*lines, ""]
 
 
+def _subjects(facts: ReportFacts, shas: list[str]) -> dict[str, str]:
+    """The subjects of the commits the report knows, by SHA (for a summary's candidates)."""
+    known = {sha: info.subject for sha, info in facts.commits.items()}
+    return {sha: known.get(sha) or facts.subjects.get(sha, "") for sha in shas}
+
+
 def _change(change: Change | None) -> dict[str, Any] | None:
     if change is None:
         return None
@@ -603,6 +609,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "first_bad": pypto.first_bad,
             "last_good": pypto.last_good,
             "candidates": pypto.suspects,
+            "candidate_subjects": _subjects(facts, pypto.suspects),
             "commit": _commit(facts, pypto.first_bad),
             "change": _change(outcome.change),
             "pre_submodule": pre_submodule,
@@ -640,6 +647,7 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "culprit": outcome.simpler_culprit,
             "commit": _commit(facts, outcome.simpler_culprit),
             "candidates": simpler.suspects,
+            "candidate_subjects": _subjects(facts, simpler.suspects),
             # The level's own ends: one bump's pointers, or a stretch of bumps' combined move.
             "range": [simpler.candidates[0], simpler.candidates[-1]],
             "direction": outcome.direction,

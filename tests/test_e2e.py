@@ -421,6 +421,14 @@ def test_sources_the_checkout_lacks_stop_at_an_endpoint_and_are_tested_once_fetc
     # Run again as it is, without --json: the summary says why, and nothing new is tested.
     again = cli(*run_args(sample, tmp_path / "work", shared_cache))
     assert again.returncode == 1 and f"note: {why}" in again.stdout
+    # Each candidate with its subject, as the report lists them.
+    for sha in sample.pypto_shas[4:7]:
+        subject = git(copy, "log", "-1", "--format=%s", sha).strip()
+        assert f"  {sha} {subject}\n" in again.stdout, again.stdout
+    assert (
+        partial.json()["pypto"]["candidate_subjects"][sample.pypto_shas[4]]
+        == git(copy, "log", "-1", "--format=%s", sample.pypto_shas[4]).strip()
+    )
     assert len(json.loads(ledger.read_text())["attempts"]) == len(partial.json()["steps"])
     before = ledger.read_text()
     typo = cli(*run_args(sample, tmp_path / "work", shared_cache), "--wheelhouse", "/no/such")
