@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +42,17 @@ def _run_with(
     """The latest attempt of a pair with this verdict (a flaky pair has both), else the latest."""
     runs = doc.find_all(pypto, simpler)
     return next((a for a in reversed(runs) if a.verdict is verdict), runs[-1] if runs else None)
+
+
+def passed_parent(
+    states: list[str], found: int, blamed: str, parents: Callable[[str], list[str]]
+) -> str | None:
+    """The merged parent (not the first) through which the search's path passed the blamed
+    merge, or None: against it the merge brings the first parent's line. Going forward the
+    parent is the state before the merge; going backward (the merge's removal blamed, the
+    state before the first bad one), the first bad state."""
+    beside = states[found - 1] if blamed == states[found] else states[found]
+    return beside if beside in parents(blamed)[1:] else None
 
 
 def gather_facts(
@@ -85,12 +96,7 @@ def gather_facts(
                 if sha is not None:
                     commits[sha] = sub.commit_info(sha)
             if blamed is not None:
-                # Going forward the search reached the culprit from the state before it: a merge
-                # reached through its merged parent brings the first parent's line.
-                since = None
-                if blamed == simpler.first_bad and simpler.found > 0:
-                    before = simpler.candidates[simpler.found - 1]
-                    since = before if before in sub.parents(blamed)[1:] else None
+                since = passed_parent(simpler.candidates, simpler.found, blamed, sub.parents)
                 facts.simpler_stat = sub.stat(blamed, since)
                 facts.simpler_patch = sub.patch(blamed, since)
                 merged = sub.merged(blamed, since)

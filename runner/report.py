@@ -176,13 +176,15 @@ def _merge_note(merged: Merged | None) -> str:
     return f", a merge of {counted(len(merged.commits), 'commit')} listed below"
 
 
-def _merge_block(merged: Merged) -> list[str]:
-    """A merge culprit's commits: the first-parent bisect never looks inside them."""
+def _merge_block(merged: Merged, removed: bool = False) -> list[str]:
+    """A merge culprit's commits: the bisect never looks inside them. `removed`: a backward
+    pointer move blamed the merge's removal, so the regression came with dropping them."""
     commits = merged.commits
+    how = "with the removal of" if removed else "in with"
     lines = [
-        f"It is a merge: the regression came in with one of the {counted(len(commits), 'commit')} "
-        "it brings (newest first) or with the merge's own resolution; the first-parent bisect "
-        "does not look inside a merge.",
+        f"It is a merge: the regression came {how} one of the "
+        f"{counted(len(commits), 'commit')} it brings (newest first) or with the merge's own "
+        "resolution; the bisect does not look inside a merge.",
         "",
     ]
     lines += [f"- `{sha[:12]}` {subject}".rstrip() for sha, subject in commits[:MERGED_SHOWN]]
@@ -868,7 +870,8 @@ def build_markdown(
                 facts.simpler_patch,
             )
             if facts.simpler_merged is not None:
-                lines += _merge_block(facts.simpler_merged)
+                removed = outcome.simpler_culprit != outcome.simpler.first_bad
+                lines += _merge_block(facts.simpler_merged, removed)
         else:
             lines += ["## Candidate simpler commits", ""]
             lines += [

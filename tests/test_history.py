@@ -190,6 +190,15 @@ def test_a_merge_reached_through_its_merged_parent_brings_the_first_parents_line
         assert [subject for _, subject in brought.commits] == ["f2", "f1"]
     assert "feat.c" in history.stat(merge) and "scale.c" not in history.stat(merge)
 
+    # Which parent the search passed: forward from the branch, backward onto it (the merge's
+    # removal blamed), or along the first parent (nothing to change).
+    from runner.findings import passed_parent
+
+    assert passed_parent([branch, merge], 1, merge, history.parents) == branch
+    assert passed_parent([merge, branch], 1, merge, history.parents) == branch
+    assert passed_parent([first, merge], 1, merge, history.parents) is None
+    assert passed_parent([merge, first], 1, merge, history.parents) is None
+
 
 @pytest.mark.parametrize(
     ("good", "bad", "complaint"),

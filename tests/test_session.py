@@ -1510,6 +1510,11 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     assert markdown.splitlines()[2].endswith(", a merge of 2 commits listed below.")
     assert "It is a merge: the regression came in with one of the 2 commits" in markdown
     assert "bisect the merged branch" not in markdown
+    # A backward move blamed the merge's removal: dropping what it brings did it.
+    from runner.report import _merge_block
+
+    dropped = _merge_block(Merged(brought[:2], None), removed=True)[0]
+    assert dropped.startswith("It is a merge: the regression came with the removal of one of the 2")
 
 
 def test_a_bump_whose_halves_both_regress_says_so_in_the_headline(sample_factory, capsys):
