@@ -310,12 +310,18 @@ def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] |
     data: dict[str, Any] = {
         "mode": "confidence" if level.repeat is None else f"repeat {level.repeat} {level.policy}",
         "probability": level.probability,
+        "likeliest": None,  # with no culprit named
         "runner_up": None,
         "false_fail": None,
         "false_pass": None,
         "tested": tested,
         "low_confidence": None,
     }
+    ranked = level.belief.ranked(mass=1.0, limit=1) if level.belief is not None else ()
+    if level.found is None and ranked:
+        # No culprit named: the runner-up is second to this one, which is said first.
+        (top, p), *_ = ranked
+        data["likeliest"] = {"sha": outcome.blamed(level, top), "probability": p}
     runner_up = level.runner_up
     if runner_up is not None:
         data["runner_up"] = {
@@ -377,6 +383,11 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list
         lines += [f"### {name} level ({level['mode']})", ""]
         if level["probability"] is not None:
             lines.append(f"- culprit probability: {level['probability']:.1%}")
+        elif level.get("likeliest"):
+            top = level["likeliest"]
+            lines.append(
+                f"- likeliest (no culprit named): `{top['sha'][:12]}` {top['probability']:.1%}"
+            )
         if level["runner_up"]:
             up = level["runner_up"]
             lines.append(f"- runner-up: `{up['sha'][:12]}` {up['probability']:.1%}")

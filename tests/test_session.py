@@ -927,6 +927,18 @@ def test_a_stretch_ending_on_candidates_reads_the_same_in_report_and_status(samp
     )
     assert f"- `{sample.simpler_shas[4]}` r4 subject" in markdown
     assert outcome.simpler.repeat == repeat  # labelled by the search that ran
+    if repeat is None:  # no culprit: the runner-up is second to a likeliest, named first
+        for name in ("pypto", "simpler"):
+            level = data["confidence"][name]
+            assert level["probability"] is None and level["likeliest"] is not None
+            assert level["runner_up"]["sha"] != level["likeliest"]["sha"]
+            top = f"- likeliest (no culprit named): `{level['likeliest']['sha'][:12]}`"
+            lines = markdown.splitlines()
+            up = f"- runner-up: `{level['runner_up']['sha'][:12]}`"
+            assert any(line.startswith(top) for line in lines), markdown
+            assert [line.startswith(top) for line in lines].index(True) < [
+                line.startswith(up) for line in lines
+            ].index(True)
 
     status = _status_data(SimpleNamespace(outcome=outcome, endpoint_failure=None, document=doc))
     for level, (good, bad) in zip(status["levels"], ((3, 5), (2, 4)), strict=True):
