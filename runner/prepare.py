@@ -318,11 +318,21 @@ def _check_submodule_path(
         if a != b
     ]
     each = f"bisect each side on its own ({'; '.join(sides)}): " if sides else ""
+    # The pin on each side of the move, each read at its own path.
+    old_pin = history.gitlink(before, paths[good])
+    new_pin = history.gitlink(mover, paths[bad])
+    bump = ""
+    if old_pin is not None and new_pin is not None and old_pin != new_pin:
+        bump = (
+            f"; it also moves the pinned simpler {old_pin[:12]} -> {new_pin[:12]}, which "
+            "neither side bisects: compare those simpler commits with pypto at "
+            f"{mover[:12]} by hand"
+        )
     raise BadInput(
         f"the runtime submodule moves within the range: it is at {path} at {ends[have]} and at "
         f"{elsewhere[0]} at {ends[lack]} ({mover[:12]} moves it), and no test compares commits "
         f"across that move; {each}when {before[:12]} passes and {mover[:12]} fails, "
-        f"{mover[:12]} itself brought the regression"
+        f"{mover[:12]} itself brought the regression{bump}"
     )
 
 

@@ -807,6 +807,17 @@ def test_a_runtime_that_moves_to_another_path_within_the_range_stops_before_any_
             f"--submodule-path runtime): when {sample.pypto_shas[-1][:12]} passes and "
             f"{moved[:12]} fails, {moved[:12]} itself brought the regression",
         )
+    # A move that also bumps simpler: neither side holds that bump, and the error says so.
+    bumped = next(sha for sha in reversed(sample.simpler_shas) if sha != pinned.strip())
+    git(repo, "update-index", "--cacheinfo", f"160000,{bumped},third_party/runtime")
+    git(repo, "commit", "-q", "--amend", "--no-edit", when=50 * 86_400)
+    moved = git(repo, "rev-parse", "HEAD")
+    assert_one_line_error(
+        cli(*args),
+        2,
+        f"{moved[:12]} itself brought the regression; it also moves the pinned simpler "
+        f"{pinned[:12]} -> {bumped[:12]}, which neither side bisects",
+    )
     typo = cli(*args, "--submodule-path", "runtim")
     assert_one_line_error(
         typo, 2, "neither end of the range has a submodule there", "has: 3rdparty/libbacktrace"
