@@ -746,7 +746,8 @@ def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
         assert f"and {len(on_base)} images of {workdir}" in done.stdout
         left = {image.id for image in docker_client.images.list(filters={"label": f"{LABEL}=1"})}
         assert not left & on_base, "every test image and layer of the workdir is gone"
-        assert made - on_base <= left, "other tool images stay"
+        # Another run's test image stays (only this test's own is checked: other users of the
+        # engine may remove theirs meanwhile, and the count above says what cleanup removed).
         assert other.id in left and docker_client.images.get(base.id)
     finally:
         for name in (f"{repository}:other", f"{repository}:base"):
