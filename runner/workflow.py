@@ -356,8 +356,8 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
         )
     elif failure.which == "good":
         text = (
-            f"the known-good commit {sha} could not be tested ({why}); {_unblock(attempt)} or "
-            "pick another --good"
+            f"the known-good commit {sha} could not be tested ({why}); {_unblock(attempt)}, "
+            "pick another --good, or pass --no-verify to take it as good untested"
         )
     elif attempt.verdict is Verdict.GOOD:
         text = f"the known-bad commit {sha} passes: there is no regression to bisect in this range"
@@ -390,6 +390,8 @@ def _unblock(attempt: Attempt) -> str:
             "fix its build (the log says what failed; other build tools: --build-pin, with "
             "--new-session)"
         )
+    if attempt.simpler_sha is None and "No module named 'simpler" in attempt.reason:
+        return "it has no runtime submodule, so no simpler was installed for the example"
     return "fix what stopped it (see the log)"
 
 

@@ -1433,7 +1433,12 @@ def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, 
     for which in ("good", "bad"):
         message = str(endpoint_error(EndpointFailure(which, attempt)))
         assert f"the known-{which} commit aaaaaaaaaaaa could not be tested" in message
-        assert advice in message and message.endswith(f"or pick another --{which}")
+        assert advice in message
+        assert message.endswith(
+            "pick another --good, or pass --no-verify to take it as good untested"
+            if which == "good"
+            else "or pick another --bad"
+        )
 
 
 def test_an_endpoint_missing_a_module_neither_wheel_brings_names_the_base_image():
@@ -1446,7 +1451,13 @@ def test_an_endpoint_missing_a_module_neither_wheel_brings_names_the_base_image(
         assert "the base image lacks the Python module numpy" in message
         assert "pick another" not in message
     runtime = recorded(verdict=Verdict.SKIP, reason="crashed: No module named 'simpler._core'")
-    assert "pick another --good" in str(endpoint_error(EndpointFailure("good", runtime)))
+    message = str(endpoint_error(EndpointFailure("good", runtime)))
+    assert "pick another --good" in message
+    # No simpler at that commit: it has no runtime submodule, which the message says.
+    assert "it has no runtime submodule, so no simpler was installed" in message
+    pinned = runtime.model_copy(update={"simpler_sha": "b" * 40})
+    message = str(endpoint_error(EndpointFailure("good", pinned)))
+    assert "no runtime submodule" not in message and "fix what stopped it" in message
 
 
 def test_with_no_culprit_the_runner_up_is_second_to_the_likeliest_candidate():
