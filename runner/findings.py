@@ -75,8 +75,9 @@ def gather_facts(
         facts.culprit_patch = history.patch(culprit)
         facts.merged = history.merged(culprit)
     path = doc.inputs.submodule_path
-    if facts.merged is not None:
-        # Which of the commits a merge culprit brings moved the runtime pointer themselves.
+    if facts.merged is not None and outcome.source == "simpler":
+        # Which of the commits a merge culprit brings moved the runtime pointer themselves: the
+        # report lists them when that move carries the regression (else what the merge brings).
         for sha, subject in facts.merged.commits[:MOVERS_LOOKED_AT]:
             parent = history.parent(sha)
             before = history.gitlink(parent, path) if parent is not None else None

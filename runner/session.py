@@ -496,7 +496,6 @@ class Session:
         self.tolerance = tolerance
         self.drift_check = drift_check
         self._times: list[datetime] = []  # when each attempt of the bisect stages finished
-        self._first: LevelResult | None = None  # the pypto level, once `run` made it
         # The latest run a level counted, loaded or new: drift runs before it checked the
         # environment of another moment (`_drift_midway`), not of the end.
         self._last_search: tuple[datetime, str] = (datetime.min.replace(tzinfo=timezone.utc), "")
@@ -907,7 +906,6 @@ class Session:
         )
         self._gitlinks.update(self.history.gitlinks(first.candidates, self.path))
         self._partial = Outcome("inconclusive", first)
-        self._first = first
         try:
             outcome = self._run(first)
             self._partial = outcome
@@ -1571,11 +1569,7 @@ class Session:
             return
         since = streak[-1][:2]
         known = (self.good, self.gitlink(self.good))
-        seen = [
-            self.verdict(a)
-            for a in self.lookup(*known)
-            if a.level == "drift" and (a.finished_at, a.run_id) > since
-        ]
+        seen = self._drift_verdicts(known, after=since)
         # One pass clears the environment; a flaky example's known-good commit fails that
         # often in a row about never, a broken environment always.
         run = self._runs_of("drift", [known], [seen])
@@ -1589,6 +1583,18 @@ class Session:
                 "times in a row then: the environment changed during the search, so it stopped "
                 "there",
             )
+
+    def _drift_verdicts(
+        self, pair: tuple[str, str | None], after: tuple[datetime, str]
+    ) -> list[Verdict]:
+        """The verdicts of the pair's drift checks that finished after `after` (a run's
+        (finished at, run id)): the earlier ones checked the environment of another moment."""
+        pypto, simpler = pair
+        return [
+            self.verdict(a)
+            for a in self.lookup(pypto, simpler)
+            if a.level == "drift" and (a.finished_at, a.run_id) > after
+        ]
 
     def _check_drift(self, outcome: Outcome, first: LevelResult) -> None:
         """Check that good commits still pass at the end: bad now = the environment drifted
@@ -1620,25 +1626,14 @@ class Session:
             pairs = []
         elif last != known[1:] and not recent:
             pairs.append(("last good", *last))
-        seen = [
-            [
-                self.verdict(a)
-                for a in self.lookup(pypto, simpler)
-                if a.level == "drift" and (a.finished_at, a.run_id) > self._last_search
-            ]
-            for _, pypto, simpler in pairs
-        ]
+        seen = [self._drift_verdicts(pair[1:], after=self._last_search) for pair in pairs]
         verdicts = self._judge_pairs(
             "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
         )
         for (name, pypto, simpler), verdict in zip(pairs, verdicts, strict=True):
             if verdict is not Verdict.BAD:
                 continue
-            ran = [
-                self.verdict(a)
-                for a in self.lookup(pypto, simpler)
-                if a.level == "drift" and (a.finished_at, a.run_id) > self._last_search
-            ]
+            ran = self._drift_verdicts((pypto, simpler), after=self._last_search)
             if Verdict.GOOD in ran:
                 judge = (
                     f"--policy {self.policy} judged it bad"

@@ -579,6 +579,13 @@ class Replay:
     endpoint_failure: EndpointFailure | None = None
 
 
+def _existing_cache(cache_dir: Path) -> None:
+    """A --cache-dir given to read or reuse a session must be there: a typo must not make a
+    new, empty cache."""
+    if not cache_dir.expanduser().is_dir():
+        raise BadInput(f"--cache-dir {cache_dir}: no such directory")
+
+
 def replay(
     workdir: Path,
     cache_dir: Path | None = None,
@@ -610,8 +617,8 @@ def replay(
         )
     if cache_dir is None:
         cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
-    elif not cache_dir.expanduser().is_dir():  # a typo: reading must not make a new cache
-        raise BadInput(f"--cache-dir {cache_dir}: no such directory")
+    else:
+        _existing_cache(cache_dir)
     history = History(inputs.checkout())
     extra = extra_repos(settings) if settings is not None else {}
     exporter = SourceExporter(inputs.checkout(), cache_dir.resolve(), extra)
@@ -789,8 +796,8 @@ def reproduce(
     given instead of the session's cache.
     """
     workdir = workdir.expanduser().resolve()
-    if cache_dir is not None and not cache_dir.expanduser().is_dir():
-        raise BadInput(f"--cache-dir {cache_dir}: no such directory")
+    if cache_dir is not None:
+        _existing_cache(cache_dir)
     recorded = find_recorded(workdir, run_id, session, note)
     original = recorded.attempt
     settings = load_saved_settings(workdir, recorded.settings)
