@@ -21,7 +21,7 @@ from runner.ledger import Attempt, LedgerDocument, to_git_bisect_log
 from runner.noop import identical_build
 from runner.report import ReportFacts
 from runner.search import Verdict
-from runner.session import Outcome
+from runner.session import LevelResult, Outcome
 from runner.sources import SourceExporter
 from runner.triage import compare_generated
 
@@ -39,9 +39,24 @@ def _artifacts(attempt: Attempt | None) -> Path | None:
 def _run_with(
     doc: LedgerDocument, pypto: str, simpler: str | None, verdict: Verdict
 ) -> Attempt | None:
-    """The latest attempt of a pair with this verdict (a flaky pair has both), else the latest."""
+    """The latest attempt of a pair with this verdict (a flaky pair has both), else the latest
+    that ran the example (limits may judge a run otherwise than it ended), else the latest."""
     runs = doc.find_all(pypto, simpler)
-    return next((a for a in reversed(runs) if a.verdict is verdict), runs[-1] if runs else None)
+    ran = [a for a in runs if a.verdict is not Verdict.SKIP] or runs
+    return next((a for a in reversed(runs) if a.verdict is verdict), ran[-1] if ran else None)
+
+
+def _last_good_run(
+    doc: LedgerDocument, level: LevelResult, history: History, path: str
+) -> Attempt | None:
+    """The run of the level's last good commit, or of the commit before it when that one could
+    not be tested (a stretch of untestable bumps before the culprit): the run the answer's
+    boundary rests on."""
+    for sha in reversed(level.candidates[: level.bounds[0] + 1]):
+        runs = doc.find_all(sha, history.gitlink(sha, path))
+        if any(a.verdict is not Verdict.SKIP for a in runs):
+            return _run_with(doc, sha, history.gitlink(sha, path), Verdict.GOOD)
+    return None
 
 
 def passed_parent(
@@ -85,8 +100,7 @@ def gather_facts(
                 facts.pointer_movers.append((sha, subject))
     good_run = bad_run = None
     if outcome.pypto.found is not None:
-        last_good = outcome.pypto.last_good
-        good_run = _run_with(doc, last_good, history.gitlink(last_good, path), Verdict.GOOD)
+        good_run = _last_good_run(doc, outcome.pypto, history, path)
         bad_run = _run_with(doc, culprit, history.gitlink(culprit, path), Verdict.BAD)
     simpler = outcome.simpler
     if simpler is not None and simpler.found is not None:

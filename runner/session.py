@@ -1047,7 +1047,8 @@ class Session:
             outcome = self._joint(first, outcome, change)
             moved = self._moved_to
             if moved is None:
-                return outcome
+                stretch = self._stretch_past(first)
+                return outcome if stretch is None else self._across_stretch(first, *stretch)
             if moved in tried:
                 outcome.notes.append(
                     f"the runs inside the bumps at {first.candidates[moved][:12]} and "
@@ -1059,6 +1060,27 @@ class Session:
             outcome, change = self._culprit_outcome(first)
             if change.old is None or change.new is None:
                 return outcome
+
+    def _stretch_past(self, first: LevelResult) -> tuple[int, Change, bool] | None:
+        """`_pointer_stretch` for a descent that ended between untestable pairs and a later
+        pypto commit: the bump's new pointer does not build, so the regression may have come
+        with any bump up to that commit (level one descends before testing a bump itself, so
+        two bumps in a row whose first pointer does not build end here, not inconclusive in
+        level one). None, with level one left as it was, when the commits do not make one."""
+        chain = self._chain
+        if chain is None or chain.inconclusive is None or chain.pairs is None:
+            return None
+        assert first.found is not None
+        commit = chain.pairs[chain.candidates[chain.inconclusive[1]]][0]
+        end = first.candidates.index(commit)
+        if end <= first.found:
+            return None
+        found = first.found
+        first.found, first.inconclusive = None, (found, end)
+        stretch = self._pointer_stretch(first)
+        if stretch is None:
+            first.found, first.inconclusive = found, None
+        return stretch
 
     def _pointer_stretch(self, first: LevelResult) -> tuple[int, Change, bool] | None:
         """When untestable commits end the pypto level and the runtime pointer moves along one
@@ -1081,11 +1103,10 @@ class Session:
         if old is None or new is None or old == new:
             return None
         try:
-            _direction, states = self._states(old, new)
+            direction, states = self._states(old, new)
         except BisectError:
             return None
-        positions = [states.index(p) if p in states else -1 for p in map(self.gitlink, commits)]
-        if positions != sorted(positions) or positions[0] != 0 or -1 in positions:
+        if self._reaches(commits, states, direction) is None:
             return None  # the pointers do not walk one path: no single simpler range holds them
         coded = untested_code or builds(changes[-1])
         kind: ChangeKind = "pointer-and-code" if coded else "pointer-only"
@@ -1094,6 +1115,41 @@ class Session:
             replace(changes[-1], parent=commits[0], old=old, new=new, kind=kind),
             untested_code,
         )
+
+    def _reaches(
+        self, commits: Sequence[str], states: Sequence[str], direction: str
+    ) -> list[int | None] | None:
+        """How far along the simpler range ``states`` each commit's pointer reaches (the last
+        state it holds), for a stretch of untestable bumps; None when the pointers do not walk
+        the range in order, so no one range holds the stretch's moves.
+
+        A pointer on the range reaches its own state. One that left the range forward, onto a
+        line merged later (a bump to a feature branch that the next bump's merge brings in),
+        reaches the last state that is its ancestor; one that holds none of the range's states
+        (that line branched off before the old pointer), or a runtime removed for a commit and
+        added back, reaches nothing (None): it cannot carry the range's regression, and it was
+        never tested, so the states blame the first bump whose pointer does hold them."""
+        reaches: list[int | None] = []
+        for commit in commits:
+            pointer = self.gitlink(commit)
+            if pointer in states:
+                reaches.append(states.index(pointer))
+            elif pointer is None:
+                reaches.append(None)
+            elif direction != "forward" or self.merge_base is None:
+                return None
+            else:
+                held = (j for j in reversed(range(len(states))) if self._holds(pointer, states[j]))
+                reaches.append(next(held, None))
+        walked = [r for r in reaches if r is not None]
+        if walked != sorted(walked) or reaches[0] != 0:
+            return None
+        return reaches
+
+    def _holds(self, pointer: str, state: str) -> bool:
+        """Whether simpler commit ``state`` is in the history of ``pointer``."""
+        assert self.merge_base is not None
+        return self.merge_base(state, pointer) == state
 
     def _across_stretch(
         self, first: LevelResult, lo: int, change: Change, untested_code: bool
@@ -1287,12 +1343,22 @@ class Session:
         # A stretch's bumps by the state each one's pointer names (`_pointer_stretch` checked
         # they walk the range in order): a state inside blames the first bump that reaches it,
         # unless only the last bump's code with the new pointer fails (an interaction).
-        reach: dict[int, int] = {}
-        if states and not (split is not None and split.carrier == "interaction"):
-            # (from the last down: the earliest commit naming a state, one that changes nothing
-            # else, keeps it)
+        reach: dict[int, int] = {}  # state index -> the earliest bump whose pointer reaches it
+        named: dict[int, int] = {}  # state index -> the earliest bump whose pointer is that state
+        if lo < c and states and not (split is not None and split.carrier == "interaction"):
+            assert change.new is not None
+            direction = self._states(change.old, change.new)[0]
+            # (the stretch's parent first; `_pointer_stretch` checked that they walk the range)
+            reaches = self._reaches(first.candidates[lo - 1 : c], states, direction)
+            assert reaches is not None
+            # (from the last down: the earliest commit reaching a state keeps it)
             for k in range(c - 1, lo - 1, -1):
-                reach[states.index(self.gitlink(first.candidates[k]) or "")] = k
+                position = reaches[k - lo + 1]
+                if position is None:
+                    continue
+                reach[position] = k
+                if self.gitlink(first.candidates[k]) == states[position]:
+                    named[position] = k
         owner = lambda j: min((k for p, k in reach.items() if p >= j), default=c)  # noqa: E731
         # Their own runs are the anchor's when it has their code (not the last bump's new code).
         same_code = not mixed and (change.kind == "pointer-only" or anchor == parent)
@@ -1312,8 +1378,8 @@ class Session:
             for j, state in enumerate(inside, start=1):
                 at_state[len(links)] = j
                 links.append([(anchor, state)])
-                if j in reach and same_code:  # a bump of the stretch names this state
-                    links[-1].append((first.candidates[reach[j]], state))
+                if j in named and same_code:  # a bump of the stretch names this state
+                    links[-1].append((first.candidates[named[j]], state))
                 origin.append(owner(j))
             if anchor == parent:
                 at_state[lo - 1] = 0

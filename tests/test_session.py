@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from runner.cli import _status_data
 from runner.errors import SourceUnavailable
+from runner.findings import gather_facts
 from runner.history import History, Merged, pointer_states
 from runner.ledger import AheadBuild, Attempt, LedgerDocument, Level, SessionInputs
 from runner.report import ReportFacts, build_json, build_markdown
@@ -40,6 +41,7 @@ from runner.session import (
     Session,
     _builds_from,
 )
+from runner.sources import SourceExporter
 from runner.verdict import Tolerance
 from runner.workflow import endpoint_error
 from tests.fixtures.attempts import recorded
@@ -1109,6 +1111,183 @@ def test_a_commit_that_builds_nothing_new_inside_a_stretch_keeps_it_one_range(
             return super().truth(sample.pypto_shas[-1], simpler)
 
     outcome = on_top(sample, clone, BySimpler(sample), added[-1])
+
+    assert outcome.pypto.first_bad == added[blamed]
+    assert outcome.simpler_culprit == sample.simpler_shas[regression]
+    assert outcome.exit_code == 0
+
+
+class ByPointer(SpecTester):
+    """Judged by the simpler pointer alone: skip without one or at a commit that does not
+    build, bad once it holds the regression."""
+
+    def __init__(
+        self, sample: Sample, simpler: Path, regression: str, broken=(), runs: Path | None = None
+    ) -> None:
+        super().__init__(sample)
+        self.simpler, self.regression, self.broken = simpler, regression, set(broken)
+        self.runs = runs  # where each run's artifacts would be (none are written)
+
+    def record(self, level, pypto, simpler, verdict):
+        attempt = super().record(level, pypto, simpler, verdict)
+        if self.runs is not None:
+            attempt.artifacts_dir = str(self.runs / attempt.run_id)
+        return attempt
+
+    def truth(self, pypto, simpler):
+        if simpler is None or simpler in self.broken:
+            return Verdict.SKIP
+        held = git(self.simpler, "rev-list", simpler).split()
+        return Verdict.BAD if self.regression in held else Verdict.GOOD
+
+
+def commits_on_top(clone: Path, steps) -> list[str]:
+    """Commit each (message, index change) on `clone`; the SHAs."""
+    added = []
+    for when, (message, change) in enumerate(steps, start=1):
+        change()
+        git(clone, "commit", "-q", "--allow-empty", "-m", message, when=when)
+        added.append(git(clone, "rev-parse", "HEAD"))
+    return added
+
+
+def relink(clone: Path, sha: str):
+    return lambda: git(clone, "update-index", "--add", "--cacheinfo", f"160000,{sha},runtime")
+
+
+@pytest.mark.parametrize("between", [0, 2], ids=["descended-into", "tested-first"])
+def test_untestable_bumps_onto_a_line_merged_later_are_bisected_across_their_combined_move(
+    sample_factory, tmp_path, between
+):
+    """simpler: main m1 m2 and a line d1 (does not build) d2 d3 (the regression), both from
+    simpler 1, the line merged into main as M. pypto: bump to m2 (the good end), `between`
+    commits that change nothing, bump to d1 (cannot be tested), bump to M: the pointers move
+    forward m2 -> M, d1 holding none of that range. Level one either descends into the bump to
+    d1 before testing it, or tests it first and ends inconclusive."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    simpler = tmp_path / "simpler"
+    git(tmp_path, "clone", "-q", str(sample.runtime_gitdir), str(simpler))
+    git(simpler, "checkout", "-q", "-b", "line", sample.simpler_shas[1])
+    line = commits_on_top(simpler, [(f"{d} (line)", lambda: None) for d in ("d1", "d2", "d3")])
+    git(simpler, "checkout", "-q", "-b", "trunk", sample.simpler_shas[1])
+    trunk = commits_on_top(simpler, [(m, lambda: None) for m in ("m1", "m2")])
+    git(simpler, "merge", "-q", "--no-ff", "-m", "M merge the line", "line", when=9)
+    merge = git(simpler, "rev-parse", "HEAD")
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    added = commits_on_top(
+        clone,
+        [
+            ("bump to m2", relink(clone, trunk[1])),
+            *[(f"chore {k}", lambda: None) for k in range(between)],
+            ("bump to d1", relink(clone, line[0])),
+            ("bump to M", relink(clone, merge)),
+        ],
+    )
+    runs = tmp_path / "runs"
+    tester = ByPointer(sample, simpler, regression=line[2], broken=[line[0]], runs=runs)
+
+    outcome = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=added[0],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(simpler, old, new),
+        merge_base=History(simpler).merge_base,
+    ).run()
+
+    assert outcome.pypto.first_bad == added[-1]
+    assert outcome.source == "simpler"
+    assert outcome.simpler_culprit == merge  # (the trunk's first parents: m2, then M)
+    assert outcome.exit_code == 0
+    assert any("combined move" in note for note in outcome.notes)
+    # The generated code is compared with the run of the commit before the stretch, not with
+    # the bump that failed to build (the last commit before the culprit).
+    exporter = SourceExporter(clone, tmp_path / "cache")
+    facts = gather_facts(ledger_of(sample, tester), outcome, History(clone), exporter, runs, None)
+    before = [a for a in tester.attempts if a.pypto_sha == added[between]][-1]
+    assert f"the last good run's artifacts are missing ({runs / before.run_id})" in (
+        facts.triage.summary
+    )
+
+
+def test_a_runtime_removed_for_a_commit_and_added_back_further_on_is_one_simpler_range(
+    sample_factory, tmp_path
+):
+    """pypto: bump to simpler 2 (the good end), drop the runtime submodule (cannot be tested:
+    no simpler), add it back at simpler 5; the regression is simpler 4."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    name = git(clone, "config", "-f", ".gitmodules", "--get-regexp", r"\.path$", "^runtime$")
+    section = name.split()[0].rsplit(".", 1)[0]
+    added = commits_on_top(
+        clone,
+        [
+            ("bump to 2", relink(clone, sample.simpler_shas[2])),
+            (
+                "drop the runtime",
+                lambda: (
+                    git(clone, "rm", "-q", "--cached", "runtime"),
+                    git(clone, "config", "-f", ".gitmodules", "--remove-section", section),
+                    git(clone, "add", ".gitmodules"),
+                ),
+            ),
+            (
+                "add the runtime back at 5",
+                lambda: (
+                    git(clone, "checkout", "HEAD~1", "--", ".gitmodules"),
+                    relink(clone, sample.simpler_shas[5])(),
+                ),
+            ),
+        ],
+    )
+    simpler = sample.runtime_gitdir
+    tester = ByPointer(sample, simpler, regression=sample.simpler_shas[4])
+
+    outcome = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=added[0],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(simpler, old, new),
+        merge_base=History(simpler).merge_base,
+    ).run()
+
+    assert outcome.pypto.first_bad == added[2]
+    assert outcome.source == "simpler"
+    assert outcome.simpler_culprit == sample.simpler_shas[4]
+    assert outcome.exit_code == 0
+
+
+@pytest.mark.parametrize(("regression", "blamed"), [(2, 1), (5, 2)])
+def test_two_bumps_in_a_row_whose_first_pointer_does_not_build_are_one_range_when_descended(
+    sample_factory, tmp_path, regression, blamed
+):
+    """pypto: bump to simpler 1 (the good end), to 3 (does not build), to 5: level one has one
+    commit to test and descends into its bump first, whose new pointer it cannot build."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    added = commits_on_top(
+        clone, [(f"bump to {j}", relink(clone, sample.simpler_shas[j])) for j in (1, 3, 5)]
+    )
+    simpler = sample.runtime_gitdir
+    tester = ByPointer(
+        sample, simpler, regression=sample.simpler_shas[regression], broken=[sample.simpler_shas[3]]
+    )
+
+    outcome = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=added[0],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(simpler, old, new),
+        merge_base=History(simpler).merge_base,
+    ).run()
 
     assert outcome.pypto.first_bad == added[blamed]
     assert outcome.simpler_culprit == sample.simpler_shas[regression]
