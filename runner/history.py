@@ -351,6 +351,20 @@ class History:
                 branch = (base, others[0])
         return Merged(brought, branch)
 
+    def merged_line(self, merge: str, via: str) -> list[str]:
+        """What a two-parent merge brings from its other parent when reached through ``via``,
+        oldest first along that parent's first parents: the commits to bisect inside it. Empty
+        for a commit that is no such merge."""
+        try:
+            parents = self.parents(merge)
+            if len(parents) != 2 or via not in parents:
+                return []
+            other = parents[1] if via == parents[0] else parents[0]
+            line = self._git.output("rev-list", "--reverse", "--first-parent", other, "--not", via)
+        except (BadInput, GitFailed):
+            return []
+        return line.split()
+
     def merge_base(self, one: str, other: str) -> str | None:
         try:
             return self._git.output("merge-base", one, other).strip() or None

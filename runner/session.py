@@ -469,6 +469,7 @@ class Session:
         simpler_states: SimplerStates,
         merge_base: Callable[[str, str], str | None] | None = None,
         simpler_subject: Callable[[str], str] | None = None,
+        merged_line: Callable[[str, str], list[str]] | None = None,
         events: Events | None = None,
         confidence: float = DEFAULT_CONFIDENCE,
         repeat: int | None = None,
@@ -489,6 +490,10 @@ class Session:
         self._ranges: dict[tuple[str, str], tuple[str, list[str]] | BisectError] = {}
         self.merge_base = merge_base
         self.simpler_subject = simpler_subject
+        # (merge, the parent the search reached it through) -> what the merge brings from its
+        # other parent, oldest first; [] when it is no two-parent merge with that parent
+        self.merged_line = merged_line
+        self._lines: dict[tuple[str, str], list[str]] = {}
         self.events = events or QuietEvents()
         self.confidence = confidence
         self.repeat = repeat
@@ -771,7 +776,7 @@ class Session:
                         for index in step.indices:
                             wanted.append(pair(result.candidates[index]))
                         following.append((fantasy, step.indices))
-                    elif isinstance(step, Descend):
+                    elif isinstance(step, Descend) and result.pairs is None:
                         wanted += self._descent_guesses(result, step.index, fantasy)
             states = following
         seen: set[tuple[str, str | None]] = set()
@@ -856,7 +861,8 @@ class Session:
             result.belief = belief(count, result.observations, result.prior, result.weights)
             step = self._picks(result, result.observations)
             if isinstance(step, Descend):
-                if self._range_readable(result.candidates[step.index]):
+                # (a joint chain descends into a merge's line, which `_line` found readable)
+                if result.pairs is not None or self._range_readable(result.candidates[step.index]):
                     result.found = step.index
                     result.descended = True
                     return
@@ -1281,8 +1287,75 @@ class Session:
             if found is None:
                 return outcome
             states = found
+        looked_into: str | None = None  # the merge whose line the last round added
+        while True:
+            outcome = self._joint_states(first, outcome, change, lo, mixed, anchor, states)
+            line = self._merge_line(outcome)
+            if line is None:
+                if looked_into is not None and outcome.simpler_culprit == looked_into:
+                    outcome.notes.append(
+                        f"every commit merge {looked_into[:12]} brings passes on its own: the "
+                        "merge itself (what it combines, or how it resolved a conflict) carries "
+                        "the regression"
+                    )
+                return outcome
+            assert outcome.simpler is not None and outcome.simpler.found is not None
+            j = outcome.simpler.found
+            merge = looked_into = states[j]
+            subject = self.simpler_subject(merge) if self.simpler_subject else ""
+            outcome.notes.append(
+                f"the simpler states put the regression at merge {merge[:12]}"
+                f"{f' ({subject})' if subject else ''}; the {counted(len(line), 'commit')} it "
+                f"brings from its other parent were bisected too, with pypto at "
+                f"{(anchor or '')[:12]}"
+            )
+            states = [*states[:j], *line, *states[j:]]
+            first.found = c  # (a stretch's answer moved it to the bump that reached the state)
+
+    def _merge_line(self, outcome: Outcome) -> list[str] | None:
+        """The line of the simpler state found first bad (see `_line`), if any."""
+        level = outcome.simpler
+        if level is None or level.found is None:
+            return None
+        return self._line(outcome, level.candidates, level.found)
+
+    def _line(self, outcome: Outcome, states: Sequence[str], j: int) -> list[str] | None:
+        """What state `j`, a merge the search reaches through the state before it, brings from
+        its other parent: its commits oldest first, along that parent's first parents. Once
+        the search puts the regression at such a merge, they are bisected too, to name the
+        commit that did it rather than the merge. None for a state that is no such merge, one
+        whose line is among the states already, or one a backward step passes (its removal
+        brought the regression: what it drops is listed, not bisected)."""
+        if self.merged_line is None or not 0 < j < len(states) or outcome._backward_step(j):
+            return None
+        key = (states[j], states[j - 1])
+        if key not in self._lines:
+            self._lines[key] = self.merged_line(*key)
+        line = self._lines[key]
+        if not line or not set(states).isdisjoint(line):
+            return None
+        return line
+
+    def _joint_states(
+        self,
+        first: LevelResult,
+        outcome: Outcome,
+        change: Change,
+        lo: int,
+        mixed: bool,
+        anchor: str | None,
+        states: list[str],
+    ) -> Outcome:
+        """`_joint` over these simpler states."""
+        assert first.found is not None
+        c = first.found
         built = self._joint_chain(first, c, lo, change, anchor, states, outcome.split, mixed)
         chain, links, origin, at_state = built.result, built.links, built.origin, built.at_state
+        # A merge state with a line to bisect is descended into as soon as the runs point at
+        # it (its boundary is checked at the end of its line, as a bump's is inside the bump).
+        chain.descend = frozenset(
+            k for k, j in at_state.items() if self._line(outcome, states, j) is not None
+        )
         self._chain = chain
         second = None
         if anchor is not None:

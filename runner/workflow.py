@@ -283,6 +283,12 @@ def _session(
         except SourceUnavailable:
             return None
 
+    def merged_line(merge: str, via: str) -> list[str]:
+        try:
+            return simpler().merged_line(merge, via)
+        except SourceUnavailable:
+            return []
+
     return Session(
         history,
         tester,
@@ -294,6 +300,7 @@ def _session(
         simpler_states=lambda old, new: pointer_states(exporter.submodule_git_dir(path), old, new),
         merge_base=merge_base,
         simpler_subject=lambda sha: simpler().subject(sha),
+        merged_line=merged_line,
         events=events,
         confidence=settings.confidence if settings is not None else DEFAULT_CONFIDENCE,
         repeat=settings.repeat if settings is not None else None,

@@ -190,6 +190,13 @@ def test_a_merge_reached_through_its_merged_parent_brings_the_first_parents_line
         assert [subject for _, subject in brought.commits] == ["f2", "f1"]
     assert "feat.c" in history.stat(merge) and "scale.c" not in history.stat(merge)
 
+    # The line to bisect inside the merge: the other parent's first parents, oldest first.
+    subjects = lambda shas: [history.subject(sha) for sha in shas]  # noqa: E731
+    assert subjects(history.merged_line(merge, branch)) == ["s1", "s2 regression"]
+    assert subjects(history.merged_line(merge, first)) == ["f1", "f2"]
+    assert history.merged_line(first, history.parents(first)[0]) == []  # no merge
+    assert history.merged_line(merge, merge) == []  # not reached through a parent
+
     # Which parent the search passed: forward from the branch, backward onto it (the merge's
     # removal blamed), or along the first parent (nothing to change).
     from runner.findings import passed_parent

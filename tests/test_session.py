@@ -122,9 +122,15 @@ def session_over(
 
 def bisect(sample: Sample, good: int = 0, verify: bool = True, tester=None, **options) -> tuple:
     tester = tester or SpecTester(sample)
-    merge_base = History(sample.runtime_gitdir).merge_base
+    simpler = History(sample.runtime_gitdir)
     session = session_over(
-        sample, tester, good=good, verify=verify, merge_base=merge_base, **options
+        sample,
+        tester,
+        good=good,
+        verify=verify,
+        merge_base=simpler.merge_base,
+        merged_line=simpler.merged_line,
+        **options,
     )
     return session.run(), tester
 
@@ -1184,8 +1190,7 @@ def test_untestable_bumps_onto_a_line_merged_later_are_bisected_across_their_com
             ("bump to M", relink(clone, merge)),
         ],
     )
-    runs = tmp_path / "runs"
-    tester = ByPointer(sample, simpler, regression=line[2], broken=[line[0]], runs=runs)
+    tester = ByPointer(sample, simpler, regression=line[2], broken=[line[0]])
 
     outcome = Session(
         History(clone),
@@ -1195,28 +1200,24 @@ def test_untestable_bumps_onto_a_line_merged_later_are_bisected_across_their_com
         bad=added[-1],
         simpler_states=lambda old, new: pointer_states(simpler, old, new),
         merge_base=History(simpler).merge_base,
+        merged_line=History(simpler).merged_line,
     ).run()
 
     assert outcome.pypto.first_bad == added[-1]
     assert outcome.source == "simpler"
-    assert outcome.simpler_culprit == merge  # (the trunk's first parents: m2, then M)
+    # The trunk's first parents go m2, then M; M brings d1 (does not build), d2 and d3.
+    assert outcome.simpler_culprit == line[2]
+    assert merge in outcome.simpler.candidates
     assert outcome.exit_code == 0
     assert any("combined move" in note for note in outcome.notes)
-    # The generated code is compared with the run of the commit before the stretch, not with
-    # the bump that failed to build (the last commit before the culprit).
-    exporter = SourceExporter(clone, tmp_path / "cache")
-    facts = gather_facts(ledger_of(sample, tester), outcome, History(clone), exporter, runs, None)
-    before = [a for a in tester.attempts if a.pypto_sha == added[between]][-1]
-    assert f"the last good run's artifacts are missing ({runs / before.run_id})" in (
-        facts.triage.summary
-    )
 
 
+@pytest.mark.parametrize("regression", [3, 4])
 def test_a_runtime_removed_for_a_commit_and_added_back_further_on_is_one_simpler_range(
-    sample_factory, tmp_path
+    sample_factory, tmp_path, regression
 ):
     """pypto: bump to simpler 2 (the good end), drop the runtime submodule (cannot be tested:
-    no simpler), add it back at simpler 5; the regression is simpler 4."""
+    no simpler), add it back at simpler 5; the regression is simpler 3 or 4."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=()))
     clone = tmp_path / "pypto"
     git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
@@ -1244,7 +1245,8 @@ def test_a_runtime_removed_for_a_commit_and_added_back_further_on_is_one_simpler
         ],
     )
     simpler = sample.runtime_gitdir
-    tester = ByPointer(sample, simpler, regression=sample.simpler_shas[4])
+    runs = tmp_path / "runs"
+    tester = ByPointer(sample, simpler, regression=sample.simpler_shas[regression], runs=runs)
 
     outcome = Session(
         History(clone),
@@ -1258,8 +1260,20 @@ def test_a_runtime_removed_for_a_commit_and_added_back_further_on_is_one_simpler
 
     assert outcome.pypto.first_bad == added[2]
     assert outcome.source == "simpler"
-    assert outcome.simpler_culprit == sample.simpler_shas[4]
+    assert outcome.simpler_culprit == sample.simpler_shas[regression]
     assert outcome.exit_code == 0
+    # The generated code is compared with the run of the last good state: the good end's, for
+    # simpler 3, not the run of the commit before the culprit, which had no simpler to run.
+    exporter = SourceExporter(clone, tmp_path / "cache")
+    facts = gather_facts(ledger_of(sample, tester), outcome, History(clone), exporter, runs, None)
+    good = [a for a in tester.attempts if a.verdict is Verdict.GOOD][-1]  # (it runs last)
+    assert (good.pypto_sha, good.simpler_sha) in {
+        (added[0], sample.simpler_shas[2]),
+        (added[2], sample.simpler_shas[regression - 1]),
+    }
+    assert f"the last good run's artifacts are missing ({runs / good.run_id})" in (
+        facts.triage.summary
+    )
 
 
 @pytest.mark.parametrize(("regression", "blamed"), [(2, 1), (5, 2)])
@@ -1292,6 +1306,79 @@ def test_two_bumps_in_a_row_whose_first_pointer_does_not_build_are_one_range_whe
     assert outcome.pypto.first_bad == added[blamed]
     assert outcome.simpler_culprit == sample.simpler_shas[regression]
     assert outcome.exit_code == 0
+
+
+def simpler_with_a_merge(sample: Sample, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A clone of the sample's simpler with two lines from simpler 1: the trunk s1 s2 s3 and a
+    feature f1 f2 f3, merged into the trunk as M (first parent s3)."""
+    simpler = tmp_path / "simpler"
+    git(tmp_path, "clone", "-q", str(sample.runtime_gitdir), str(simpler))
+    shas = {}
+    for branch, names in (("feature", ("f1", "f2", "f3")), ("trunk", ("s1", "s2", "s3"))):
+        git(simpler, "checkout", "-q", "-b", branch, sample.simpler_shas[1])
+        made = commits_on_top(simpler, [(name, lambda: None) for name in names])
+        shas.update(zip(names, made, strict=True))
+    git(simpler, "merge", "-q", "--no-ff", "-m", "M merge the feature", "feature", when=9)
+    shas["M"] = git(simpler, "rev-parse", "HEAD")
+    return simpler, shas
+
+
+class Combined(ByPointer):
+    """Bad only where the pointer holds both regressions (two changes that clash)."""
+
+    def __init__(self, sample: Sample, simpler: Path, both: tuple[str, str]) -> None:
+        super().__init__(sample, simpler, regression=both[0])
+        self.both = both
+
+    def truth(self, pypto, simpler):
+        held = git(self.simpler, "rev-list", simpler).split()
+        return Verdict.BAD if all(sha in held for sha in self.both) else Verdict.GOOD
+
+
+@pytest.mark.parametrize(
+    ("old", "regression", "culprit"),
+    [
+        ("s1", "f2", "f2"),  # walked the trunk's first parents to M: the feature's commits
+        ("f3", "s2", "s2"),  # from the feature's tip to M: the trunk's commits it lacks
+        ("s3", "f2+s2", "M"),  # each line passes alone: the merge itself
+    ],
+)
+def test_a_simpler_merge_culprit_is_bisected_into_the_commits_it_brings(
+    sample_factory, tmp_path, old, regression, culprit
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    simpler, shas = simpler_with_a_merge(sample, tmp_path)
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    added = commits_on_top(
+        clone,
+        [(f"bump to {old}", relink(clone, shas[old])), ("bump to M", relink(clone, shas["M"]))],
+    )
+    if "+" in regression:
+        one, other = regression.split("+")
+        tester = Combined(sample, simpler, (shas[one], shas[other]))
+    else:
+        tester = ByPointer(sample, simpler, regression=shas[regression])
+
+    outcome = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=added[0],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(simpler, old, new),
+        merge_base=History(simpler).merge_base,
+        merged_line=History(simpler).merged_line,
+        simpler_subject=History(simpler).subject,
+    ).run()
+
+    assert outcome.pypto.first_bad == added[-1]
+    assert outcome.simpler_culprit == shas[culprit]
+    assert outcome.exit_code == 0
+    [note] = [n for n in outcome.notes if "brings from its other parent" in n]
+    assert note.startswith(f"the simpler states put the regression at merge {shas['M'][:12]} (M")
+    alone = any("passes on its own" in n for n in outcome.notes)
+    assert alone == (culprit == "M")
 
 
 def test_a_stretch_whose_untestable_bump_changes_code_is_bisected_with_the_code_after_it(
