@@ -331,6 +331,12 @@ class DockerTester:
             return {}
         return {self.path: simpler}
 
+    def reads_runtime(self, pypto: str) -> None:
+        """The session saw that `pypto`'s build reads the runtime's files, which its build files
+        do not show (`_inputs`): from now on its wheel for another simpler commit than it pins is
+        built with the runtime at that commit."""
+        self._reads[pypto] = (True, self.exporter.pinned(pypto, self.path))
+
     def _wheel_ids(self, pairs: Collection[tuple[str, str | None]]) -> set[tuple[str, str]]:
         """The (package, wheel id) wheels that test `pairs` needs (see `wheel_id`)."""
         pypto = {("pypto", wheel_id(p, self._inputs(p, s))) for p, s in pairs}

@@ -87,7 +87,9 @@ class Tester(Protocol):
       ``test_round(requests, done)``: run them at once, calling ``done(attempt)`` as each ends;
     - ``prefetch(pairs, testing)``: build what the next rounds may need while this round's
       `testing` pairs run;
-    - ``cached(pypto, simpler)``: whether a pair's wheels are built already.
+    - ``cached(pypto, simpler)``: whether a pair's wheels are built already;
+    - ``reads_runtime(pypto)``: build that commit's wheel for another simpler commit than it
+      pins with the runtime at that commit (its build reads the runtime's files).
     """
 
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt: ...
@@ -470,6 +472,7 @@ class Session:
         merge_base: Callable[[str, str], str | None] | None = None,
         simpler_subject: Callable[[str], str] | None = None,
         merged_line: Callable[[str, str], list[str]] | None = None,
+        reads_runtime: Callable[[str], bool] | None = None,
         events: Events | None = None,
         confidence: float = DEFAULT_CONFIDENCE,
         repeat: int | None = None,
@@ -494,6 +497,8 @@ class Session:
         # other parent, oldest first; [] when it is no two-parent merge with that parent
         self.merged_line = merged_line
         self._lines: dict[tuple[str, str], list[str]] = {}
+        # commit -> whether its build files show that its build reads the runtime's files
+        self.reads_runtime = reads_runtime
         self.events = events or QuietEvents()
         self.confidence = confidence
         self.repeat = repeat
@@ -1287,6 +1292,8 @@ class Session:
             if found is None:
                 return outcome
             states = found
+        if anchor == culprit and change.kind == "pointer-only":
+            self._check_runtime_read(first.candidates[lo - 1], culprit, outcome)
         looked_into: str | None = None  # the merge whose line the last round added
         while True:
             outcome = self._joint_states(first, outcome, change, lo, mixed, anchor, states)
@@ -1311,6 +1318,35 @@ class Session:
             )
             states = [*states[:j], *line, *states[j:]]
             first.found = c  # (a stretch's answer moved it to the bump that reached the state)
+
+    def _check_runtime_read(self, parent: str, culprit: str, outcome: Outcome) -> None:
+        """Whether pypto's build reads the runtime's files where its build files do not show it
+        (a symlink into the submodule, a script that copies from it): pypto's own files are the
+        same at `culprit` as at `parent` (only the pointer moved), yet their pypto wheels, as
+        the runs recorded them, differ. Then each simpler state must be tested with pypto
+        rebuilt against it, or the states would all carry the new pointer's files; the tester
+        is told, and a note says so."""
+        if self.reads_runtime is None or self.reads_runtime(culprit):
+            return  # (its build files show it: the states are built that way already)
+        digests = [
+            {
+                a.wheel_contents["pypto"]
+                for a in self.lookup(commit, self.gitlink(commit))
+                if "pypto" in a.wheel_contents
+            }
+            for commit in (parent, culprit)
+        ]
+        if not all(digests) or digests[0] & digests[1]:
+            return
+        outcome.notes.append(
+            f"pypto's wheel at {culprit[:12]} differs from the one at {parent[:12]} though only "
+            f"the {self.path} pointer moved between them: its build reads the runtime's files "
+            "(its build files do not show how: a symlink, or a script that copies them), so each "
+            "simpler state is tested with pypto rebuilt against it"
+        )
+        tell = getattr(self.tester, "reads_runtime", None)
+        if tell is not None:
+            tell(culprit)
 
     def _merge_line(self, outcome: Outcome) -> list[str] | None:
         """The line of the simpler state found first bad (see `_line`), if any."""

@@ -236,6 +236,7 @@ class _Watched:
         self.events = events
         self.prefetch = tester.prefetch
         self.cached = tester.cached
+        self.reads_runtime = tester.reads_runtime
 
     @property
     def parallel(self) -> int:
@@ -301,6 +302,7 @@ def _session(
         merge_base=merge_base,
         simpler_subject=lambda sha: simpler().subject(sha),
         merged_line=merged_line,
+        reads_runtime=lambda commit: exporter.reads_submodule(commit, path),
         events=events,
         confidence=settings.confidence if settings is not None else DEFAULT_CONFIDENCE,
         repeat=settings.repeat if settings is not None else None,

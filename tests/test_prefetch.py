@@ -233,6 +233,18 @@ def test_pypto_is_built_with_the_tested_runtime_only_where_its_build_reads_one(
     assert inputs(sample.pypto_shas[1], other) == {}  # its build reads no runtime
     assert inputs(early, other) == {}  # it names the runtime, but has no submodule there
 
+    # A build that reads the runtime where its build files do not show it: the session says so
+    # once the pointer alone changed the pypto wheel.
+    plain = sample_factory(SampleSpec(**SMALL, bumps=((4, 5),)))
+    tester = SimpleNamespace(
+        _reads={}, exporter=SourceExporter(plain.pypto, tmp_path / "cache2"), path="runtime"
+    )
+    bump, other = plain.pypto_shas[4], plain.simpler_shas[2]
+    assert inputs(bump, other) == {}
+    DockerTester.reads_runtime(tester, bump)  # type: ignore[arg-type]
+    assert inputs(bump, other) == {"runtime": other}
+    assert inputs(bump, plain.gitlink(4)) == {}
+
 
 def test_the_progress_phase_names_the_builds_a_test_waits_for(guessing: Guessing) -> None:
     """Both wheels when both build side by side; only pypto's when simpler's is built already

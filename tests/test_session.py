@@ -1381,6 +1381,70 @@ def test_a_simpler_merge_culprit_is_bisected_into_the_commits_it_brings(
     assert alone == (culprit == "M")
 
 
+class BakesTheRuntime(ByPointer):
+    """pypto's wheel compiles in a runtime header its build files do not name: built for a pair,
+    it holds the runtime pypto pins, or, once the session says its build reads the runtime
+    (`reads_runtime`), the pair's; the example fails when that runtime holds the regression."""
+
+    def __init__(self, sample: Sample, simpler: Path, regression: str, pins) -> None:
+        super().__init__(sample, simpler, regression)
+        self.pins, self.reading = pins, set()
+
+    def reads_runtime(self, pypto: str) -> None:
+        self.reading.add(pypto)
+
+    def baked(self, pypto, simpler):
+        return simpler if pypto in self.reading else self.pins[pypto]
+
+    def truth(self, pypto, simpler):
+        return super().truth(pypto, self.baked(pypto, simpler))
+
+    def record(self, level, pypto, simpler, verdict):
+        attempt = super().record(level, pypto, simpler, verdict)
+        attempt.wheel_contents = {"pypto": f"with {self.baked(pypto, simpler)}", "simpler": "one"}
+        return attempt
+
+
+@pytest.mark.parametrize("shown", [False, True], ids=["hidden", "in-build-files"])
+def test_a_pypto_wheel_that_changes_with_the_pointer_alone_is_rebuilt_for_each_simpler_state(
+    sample_factory, tmp_path, shown
+):
+    """pypto: bump to simpler 1 (the good end), a note, bump to 5 (pointer only); the regression,
+    simpler 3, reaches the example only through pypto's wheel."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    added = commits_on_top(
+        clone,
+        [
+            ("bump to 1", relink(clone, sample.simpler_shas[1])),
+            ("a note", lambda: None),
+            ("bump to 5", relink(clone, sample.simpler_shas[5])),
+        ],
+    )
+    pins = dict(zip(added, (sample.simpler_shas[i] for i in (1, 1, 5)), strict=True))
+    simpler = sample.runtime_gitdir
+    tester = BakesTheRuntime(sample, simpler, sample.simpler_shas[3], pins)
+    if shown:  # the tester builds the states that way from the start, as its build files say
+        tester.reading.update(added)
+
+    outcome = Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=added[0],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(simpler, old, new),
+        reads_runtime=lambda commit: shown,
+    ).run()
+
+    assert outcome.pypto.first_bad == added[2]
+    assert outcome.simpler_culprit == sample.simpler_shas[3]
+    assert outcome.exit_code == 0
+    noted = [n for n in outcome.notes if "its build reads the runtime's files" in n]
+    assert len(noted) == (not shown)
+
+
 def test_a_stretch_whose_untestable_bump_changes_code_is_bisected_with_the_code_after_it(
     sample_factory,
 ):
