@@ -25,6 +25,7 @@ from runner.errors import (
     INFRASTRUCTURE_LOG,
     RETIRED,
     USER_SKIP,
+    BadInput,
     BuildTimedOut,
     ExampleStopped,
     InfrastructureError,
@@ -41,7 +42,7 @@ from runner.noop import wheel_content_digest
 from runner.search import Verdict
 from runner.session import Request
 from runner.sources import SourceExporter
-from runner.toolchains import Toolchains
+from runner.toolchains import Toolchains, skippable
 from runner.turns import Turns
 from runner.verdict import VerdictPatterns, infrastructure_fault, judge, stopped
 from runner.wheels import BuildSettings, WheelCache, WheelResult, wheel_id
@@ -645,11 +646,13 @@ class DockerTester:
             with self._git.turn(speculative):
                 # A guess's builders say nothing of what the test under way waits for.
                 show = not speculative
-                builders["pypto"] = self.toolchains.builder("pypto", pypto, None, show=show)
-                if simpler is not None:
-                    builders["simpler"] = self.toolchains.builder(
-                        "simpler", simpler, pypto, show=show
-                    )
+                for package, commit, at in (("pypto", pypto, None), ("simpler", simpler, pypto)):
+                    if commit is None:
+                        continue
+                    try:
+                        builders[package] = self.toolchains.builder(package, commit, at, show=show)
+                    except BadInput as exc:  # (a commit inside a bump, which the plan skips)
+                        raise skippable(exc, commit, self._ends) from None
         return builders
 
     def _wheels(

@@ -118,7 +118,7 @@ class Toolchains:
                     raise  # nothing to bisect from: say so before the first step
                 continue  # a commit in between: its test is a skip
             except BadInput as exc:  # e.g. a requirement no release satisfies
-                raise self._skippable(exc, commit, ends) from None
+                raise skippable(exc, commit, ends) from None
             where = f"{package} {commit[:12]}"
             self.provisioner.require_compiler(resolution, where)
             try:
@@ -128,18 +128,9 @@ class Toolchains:
                     self.provisioner.download(resolution, where)
                     made = None
             except BadInput as exc:
-                raise self._skippable(exc, commit, ends) from None
+                raise skippable(exc, commit, ends) from None
             planned.append(Planned(package, commit, resolution, made))
         return planned
-
-    @staticmethod
-    def _skippable(exc: BadInput, commit: str, ends: Collection[str | None]) -> BadInput:
-        """A commit between the ends whose tools nothing supplies may be skipped instead."""
-        if commit in ends:
-            return exc
-        return BadInput(
-            f"{exc}; or, if it cannot be built, --skip {commit[:12]} takes it as untestable"
-        )
 
     def _inside_bumps(
         self, chain: Sequence[str], gitlinks: Mapping[str, str | None]
@@ -160,3 +151,13 @@ class Toolchains:
             for sha in states:
                 inside.setdefault(sha, commit)
         return inside
+
+
+def skippable(exc: BadInput, commit: str, ends: Collection[str | None]) -> BadInput:
+    """A commit between the ends whose tools nothing supplies may be skipped instead: `exc`
+    with the --skip that does it (as it is for an end, which cannot be skipped)."""
+    if commit in ends or isinstance(exc, UnbuildableCommit):
+        return exc
+    return BadInput(
+        f"{exc}; or, if it cannot be built, --skip {commit[:12]} takes it as untestable"
+    )

@@ -5,6 +5,7 @@ builds."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -179,6 +180,34 @@ def test_a_guess_waits_for_a_tests_image_until_an_example_has_shown_it_hides_gue
         assert tester._guess_may_start()
         tester._run_times[:] = [0.05]  # a fast one: guesses would only slow the rounds
         assert not tester._guess_may_start()
+
+
+def test_a_state_inside_a_bump_whose_tools_nothing_supplies_names_the_skip_that_goes_on() -> None:
+    """The plan resolves the tools of the range's commits and their pins before the first step
+    and offers --skip for one between the ends; a simpler state inside a bump is resolved when
+    its test comes, and offers the same (an end's, or the commit's own unreadable build, not)."""
+    pypto, inside, end = "a" * 40, "b" * 40, "e" * 40
+
+    class Tools:
+        def builder(self, package: str, commit: str, at: str | None, show: bool = True) -> None:
+            if package == "simpler":
+                raise BadInput(f"simpler {commit[:12]}: no release of setuptools satisfies it")
+
+    class Turns:
+        @contextlib.contextmanager
+        def turn(self, speculative: bool) -> Iterator[None]:
+            yield
+
+    tester = SimpleNamespace(toolchains=Tools(), _git=Turns(), _ends={end})
+    for simpler, advice in (
+        (inside, f"; or, if it cannot be built, --skip {inside[:12]}"),
+        (end, ""),
+    ):
+        with pytest.raises(BadInput) as caught:
+            DockerTester._builders(tester, pypto, simpler)  # type: ignore[arg-type]
+        said = str(caught.value)
+        assert said.startswith(f"simpler {simpler[:12]}: no release of setuptools"), said
+        assert ("--skip" in said) == bool(advice) and advice in said, said
 
 
 @pytest.mark.parametrize("at_an_end", [False, True])
