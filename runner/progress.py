@@ -81,7 +81,7 @@ class ConsoleProgress:
         self.level, self.done, self.left = level, 0, 1
         self.commit, self.simpler, self.subject = "", None, ""
         self.phase("starting")
-        self._print(f"[bold]{level} level[/bold]: {count} candidates ({note})")
+        self._print(f"[bold]{level} level[/bold]: {counted(count, 'candidate')} ({note})")
 
     def step_started(
         self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str

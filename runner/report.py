@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.confidence import consistent, tally, why_low
-from runner.errors import RETIRED
+from runner.errors import RETIRED, USER_SKIP
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
 from runner.history import Change, CommitInfo, Merged
@@ -541,6 +541,8 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
         tested = attempt.pypto_sha if attempt.level == "pypto" else attempt.simpler_sha
         if tested in suspects.get(attempt.level, ()):
             reason = attempt.reason or "no reason recorded"
+            # (the user's skips are one reason, whichever commit each names)
+            reason = USER_SKIP if reason.startswith(USER_SKIP) else reason
             reasons.setdefault(reason, {}).setdefault(attempt.level, set()).add(str(tested))
             if attempt.log_path:
                 logs[reason] = attempt.log_path
@@ -550,7 +552,10 @@ def _untested_notes(doc: LedgerDocument, outcome: Outcome) -> list[str]:
         counts = " and ".join(f"{len(levels[level])} {level}" for level in sorted(levels))
         plural = "s" if sum(map(len, levels.values())) > 1 else ""
         log = f" (log: {logs[reason]})" if reason in logs else ""
-        notes.append(f"{counts} candidate{plural} could not be tested: {reason}{log}")
+        said = reason
+        if reason == USER_SKIP:
+            said += f" ({', '.join(sorted(sha[:12] for shas in levels.values() for sha in shas))})"
+        notes.append(f"{counts} candidate{plural} could not be tested: {said}{log}")
     if len(ranked) > 3:  # the three commonest say what to fix first; the rest are counted
         rest = sum(len(shas) for _, levels in ranked[3:] for shas in levels.values())
         notes.append(

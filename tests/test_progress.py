@@ -85,3 +85,13 @@ def test_the_status_line_counts_the_pairs_built_ahead_while_there_are_some() -> 
     beats = _beats(out.getvalue())
     assert "· run 0s · 2 pairs built ahead · docs: a subject" in beats[0], beats
     assert "built ahead" not in beats[-1], beats
+
+
+def test_a_level_of_one_candidate_says_candidate() -> None:
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=10) as progress:
+        progress.level_started("simpler", 1, "simpler states forward")
+        progress.level_started("pypto", 12, "pypto first-parent commits")
+    lines = out.getvalue().splitlines()
+    assert "simpler level: 1 candidate (simpler states forward)" in lines
+    assert "pypto level: 12 candidates (pypto first-parent commits)" in lines

@@ -2007,3 +2007,24 @@ def test_a_failing_known_good_end_may_simply_not_be_good_and_says_both():
     assert message.startswith("the known-good commit aaaaaaaaaaaa fails too (bad: does not ")
     assert "either it is not good here (pick an older --good)" in message
     assert "or the environment is at fault" in message
+
+
+def test_commits_skipped_by_the_user_are_one_note_naming_each(sample_factory):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
+    skipped = {sample.simpler_shas[j] for j in (3, 4)}
+
+    class UserSkips(SpecTester):
+        def test(self, level, pypto, simpler):
+            if simpler not in skipped:
+                return super().test(level, pypto, simpler)
+            attempt = self.record(level, pypto, simpler, Verdict.SKIP)
+            attempt.reason = f"skipped by --skip (the simpler commit {simpler[:12]})"
+            return attempt
+
+    tester = UserSkips(sample)
+    outcome, _ = bisect(sample, tester=tester)
+
+    assert set(outcome.simpler.suspects) >= skipped
+    notes = [n for n in report_notes(sample, outcome, tester) if "skipped by --skip" in n]
+    listed = ", ".join(sorted(sha[:12] for sha in skipped))
+    assert notes == [f"2 simpler candidates could not be tested: skipped by --skip ({listed})"]
