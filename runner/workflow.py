@@ -746,12 +746,19 @@ def find_recorded(
         document = Ledger.read(path)
         named = document.named(run_id)
         if named:
-            *others, latest = named
-            if others and note is not None:
+            latest = named[-1]
+            by_sha = latest.pypto_sha.startswith(run_id.lower()) and latest.run_id != run_id
+            others = [
+                a for a in document.attempts if a.pypto_sha == latest.pypto_sha and a is not latest
+            ]
+            if by_sha and others and note is not None:
+                which = "the latest" if len(named) > 1 else "its own (the pypto level's verdict)"
+                listed = ", ".join(a.run_id for a in others[:5]) + (
+                    ", …" if len(others) > 5 else ""
+                )
                 note(
-                    f"pypto {latest.pypto_sha[:12]} has {len(named)} recorded attempts; taking "
-                    f"the latest, {latest.run_id} (name another by its run id: "
-                    f"{', '.join(a.run_id for a in others)})"
+                    f"pypto {latest.pypto_sha[:12]} has {len(others) + 1} recorded attempts; "
+                    f"taking {which}, {latest.run_id} (name another by its run id: {listed})"
                 )
             settings = session_copy(path, SETTINGS_NAME) if backup else None
             return Recorded(path, settings, document, latest)
@@ -805,8 +812,8 @@ def reproduce(
     given instead of the session's cache.
     """
     workdir = workdir.expanduser().resolve()
-    if cache_dir is not None:
-        _existing_cache(cache_dir)
+    if cache_dir is not None and not cache_dir.expanduser().exists() and note is not None:
+        note(f"--cache-dir {cache_dir} is new: every wheel is built again there, from cold")
     recorded = find_recorded(workdir, run_id, session, note)
     original = recorded.attempt
     settings = load_saved_settings(workdir, recorded.settings)

@@ -697,6 +697,19 @@ def test_a_sha_with_several_attempts_says_which_one_export_takes(tmp_path):
     only = cli("export", "r2", "--to", str(tmp_path / "b"), "--workdir", str(workdir))
     assert "recorded attempts" not in only.stderr and "attempt r2 never ran" in only.stderr
 
+    # One run of its own and two inside a bump (with other simpler commits): its own is taken,
+    # and the others are named too.
+    anchor = "cd34" + "0" * 36
+    with Ledger.open(workdir / "ledger.json", make_inputs(tmp_path), tool_version="0.1.0") as led:
+        led.record(recorded("s1", pypto=anchor, verdict="skip", reason="build failed"))
+        for run_id, simpler in (("s2", "1" * 40), ("s3", "2" * 40)):
+            led.record(recorded(run_id, pypto=anchor, simpler=simpler, level="simpler"))
+    result = cli("export", "cd34", "--to", str(tmp_path / "b"), "--workdir", str(workdir))
+    assert result.stderr.strip().splitlines()[0] == (
+        "pypto cd3400000000 has 3 recorded attempts; taking its own (the pypto level's verdict), "
+        "s1 (name another by its run id: s2, s3)"
+    )
+
 
 @pytest.mark.docker
 def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
