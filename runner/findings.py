@@ -113,6 +113,7 @@ def gather_facts(
             if blamed is not None:
                 since = passed_parent(simpler.candidates, simpler.found, blamed, sub.parents)
                 facts.simpler_stat = sub.stat(blamed, since)
+                facts.simpler_submodules = sub.submodule_moves(blamed, since)
                 facts.simpler_patch = sub.patch(blamed, since)
                 merged = sub.merged(blamed, since)
                 # Its branch is simpler's: no --good/--bad of this tool's can bisect it.

@@ -320,6 +320,31 @@ class History:
             )
         )
 
+    def submodule_moves(
+        self, commit: str, since: str | None = None
+    ) -> list[tuple[str, str | None, str | None]]:
+        """The submodule pointers the commit moves against its first parent (or `since`, as for
+        `stat`): (path, old, new), None where a submodule appears or goes."""
+        base = since if since is not None else f"{commit}^"
+        try:
+            raw = self._run(
+                "diff", "--raw", "--no-abbrev", "--no-renames", base, commit, "--", rev=commit
+            )
+        except (BadInput, GitFailed):
+            return []  # (a root commit has no parent to compare with)
+        moves = []
+        for line in raw.splitlines():
+            meta, _, path = line.partition("\t")
+            fields = meta.lstrip(":").split()
+            if len(fields) < 4 or "160000" not in fields[:2]:
+                continue
+            old, new = (
+                sha if mode == "160000" else None
+                for sha, mode in ((fields[2], fields[0]), (fields[3], fields[1]))
+            )
+            moves.append((path, old, new))
+        return moves
+
     def parents(self, commit: str) -> list[str]:
         """The commit's parents, the first one first."""
         return self._run("rev-list", "--parents", "-n", "1", commit, "--", rev=commit).split()[1:]

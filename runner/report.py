@@ -63,6 +63,8 @@ class ReportFacts:
     simpler_merged: Merged | None = None  # likewise the simpler culprit (no branch to bisect)
     # The commits a pypto merge culprit brings that moved the runtime pointer themselves.
     pointer_movers: list[tuple[str, str]] = field(default_factory=list)
+    # The submodule pointers of simpler's own that its culprit moves: (path, old, new).
+    simpler_submodules: list[tuple[str, str | None, str | None]] = field(default_factory=list)
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -671,6 +673,10 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "direction": outcome.direction,
             "pypto": simpler.anchor,
             "merged": _merged(facts.simpler_merged),
+            "submodules": [
+                {"path": path, "old": old, "new": new}
+                for path, old, new in facts.simpler_submodules
+            ],
         }
     if facts.triage is not None:
         data["triage"] = {
@@ -761,6 +767,24 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             "identical to its parent's (see the notes)."
         )
     return line + "."
+
+
+def _submodule_lines(moves: Sequence[tuple[str, str | None, str | None]]) -> list[str]:
+    """What a simpler culprit does to simpler's own submodules: the code it brings lies in the
+    commits between the two pointers, which the bisect does not look into."""
+    lines = []
+    for path, old, new in moves:
+        if old is None or new is None:
+            done = f"adds `{path}` at `{new[:12]}`" if new else f"removes `{path}`"
+            lines.append(f"It {done}, a submodule of simpler's.")
+        else:
+            span = f"{old[:12]}..{new[:12]}"
+            lines.append(
+                f"It moves simpler's submodule `{path}` `{old[:12]}` -> `{new[:12]}`: the change "
+                f"lies in that submodule's commits between the two (`git log {span}` in `{path}`), "
+                "which the bisect does not look into."
+            )
+    return [*lines, ""] if lines else []
 
 
 def _commit_block(
@@ -885,6 +909,7 @@ def build_markdown(
                 facts.simpler_stat,
                 facts.simpler_patch,
             )
+            lines += _submodule_lines(facts.simpler_submodules)
             if facts.simpler_merged is not None:
                 removed = outcome.simpler_culprit != outcome.simpler.first_bad
                 lines += _merge_block(facts.simpler_merged, removed)

@@ -152,6 +152,22 @@ def test_a_merge_lists_the_commits_it_brings_and_its_branch_to_bisect(sample, me
     ]
 
 
+def test_a_commit_that_moves_a_submodule_of_its_own_says_from_where_to_where(sample):
+    simpler = History(sample.runtime_gitdir)
+    nested = sample.spec.nested_submodule_at
+    [(path, old, new)] = simpler.submodule_moves(sample.simpler_shas[nested])
+    assert (path, old) == ("third_party/isa", None) and new is not None and len(new) == 40
+    assert simpler.submodule_moves(sample.simpler_shas[nested + 1]) == []
+    assert simpler.submodule_moves(sample.simpler_shas[0]) == []  # the root: no parent
+
+    from runner.report import _submodule_lines
+
+    moved = _submodule_lines([("third_party/isa", "1" * 40, "2" * 40)])
+    assert moved[0].startswith("It moves simpler's submodule `third_party/isa` `111111111111` -> ")
+    assert "`git log 111111111111..222222222222` in `third_party/isa`" in moved[0]
+    assert _submodule_lines([]) == []
+
+
 def test_a_merge_reached_through_its_merged_parent_brings_the_first_parents_line(tmp_path):
     """An old runtime pointer on a feature branch that main merged later: the search reaches the
     merge from the branch, so what it brings is main's side, and its diff is against the branch."""
