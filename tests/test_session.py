@@ -1157,6 +1157,23 @@ def commits_on_top(clone: Path, steps) -> list[str]:
     return added
 
 
+def run_on_top(clone: Path, simpler: Path, tester, added: list[str], **options) -> Outcome:
+    """A session from the first to the last of the commits `added` on `clone`, its simpler
+    questions asked of the repository `simpler`."""
+    runtime = History(simpler)
+    return Session(
+        History(clone),
+        tester,
+        tester.lookup,
+        good=added[0],
+        bad=added[-1],
+        simpler_states=lambda old, new: pointer_states(simpler, old, new),
+        merge_base=runtime.merge_base,
+        merged_line=runtime.merged_line,
+        **options,
+    ).run()
+
+
 def relink(clone: Path, sha: str):
     return lambda: git(clone, "update-index", "--add", "--cacheinfo", f"160000,{sha},runtime")
 
@@ -1192,16 +1209,7 @@ def test_untestable_bumps_onto_a_line_merged_later_are_bisected_across_their_com
     )
     tester = ByPointer(sample, simpler, regression=line[2], broken=[line[0]])
 
-    outcome = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=added[0],
-        bad=added[-1],
-        simpler_states=lambda old, new: pointer_states(simpler, old, new),
-        merge_base=History(simpler).merge_base,
-        merged_line=History(simpler).merged_line,
-    ).run()
+    outcome = run_on_top(clone, simpler, tester, added)
 
     assert outcome.pypto.first_bad == added[-1]
     assert outcome.source == "simpler"
@@ -1248,15 +1256,7 @@ def test_a_runtime_removed_for_a_commit_and_added_back_further_on_is_one_simpler
     runs = tmp_path / "runs"
     tester = ByPointer(sample, simpler, regression=sample.simpler_shas[regression], runs=runs)
 
-    outcome = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=added[0],
-        bad=added[-1],
-        simpler_states=lambda old, new: pointer_states(simpler, old, new),
-        merge_base=History(simpler).merge_base,
-    ).run()
+    outcome = run_on_top(clone, simpler, tester, added)
 
     assert outcome.pypto.first_bad == added[2]
     assert outcome.source == "simpler"
@@ -1293,15 +1293,7 @@ def test_two_bumps_in_a_row_whose_first_pointer_does_not_build_are_one_range_whe
         sample, simpler, regression=sample.simpler_shas[regression], broken=[sample.simpler_shas[3]]
     )
 
-    outcome = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=added[0],
-        bad=added[-1],
-        simpler_states=lambda old, new: pointer_states(simpler, old, new),
-        merge_base=History(simpler).merge_base,
-    ).run()
+    outcome = run_on_top(clone, simpler, tester, added)
 
     assert outcome.pypto.first_bad == added[blamed]
     assert outcome.simpler_culprit == sample.simpler_shas[regression]
@@ -1360,17 +1352,7 @@ def test_a_simpler_merge_culprit_is_bisected_into_the_commits_it_brings(
     else:
         tester = ByPointer(sample, simpler, regression=shas[regression])
 
-    outcome = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=added[0],
-        bad=added[-1],
-        simpler_states=lambda old, new: pointer_states(simpler, old, new),
-        merge_base=History(simpler).merge_base,
-        merged_line=History(simpler).merged_line,
-        simpler_subject=History(simpler).subject,
-    ).run()
+    outcome = run_on_top(clone, simpler, tester, added, simpler_subject=History(simpler).subject)
 
     assert outcome.pypto.first_bad == added[-1]
     assert outcome.simpler_culprit == shas[culprit]
@@ -1428,15 +1410,7 @@ def test_a_pypto_wheel_that_changes_with_the_pointer_alone_is_rebuilt_for_each_s
     if shown:  # the tester builds the states that way from the start, as its build files say
         tester.reading.update(added)
 
-    outcome = Session(
-        History(clone),
-        tester,
-        tester.lookup,
-        good=added[0],
-        bad=added[-1],
-        simpler_states=lambda old, new: pointer_states(simpler, old, new),
-        reads_runtime=lambda commit: shown,
-    ).run()
+    outcome = run_on_top(clone, simpler, tester, added, reads_runtime=lambda commit: shown)
 
     assert outcome.pypto.first_bad == added[2]
     assert outcome.simpler_culprit == sample.simpler_shas[3]
