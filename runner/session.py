@@ -984,43 +984,51 @@ class Session:
         if found is None:
             return outcome
         states = found
-        second = LevelResult(
-            "simpler",
-            states,
-            anchor=anchor,
-            repeat=self.repeat,
-            policy=self.policy,
-            prior=FlakePrior(evidence=evidence(first.observations, first.found)),
-            plain=0,  # level one's boundary spent the allowance
-            good_runs=self._last_good_runs,
-        )
-        outcome.simpler = second
-        outcome.source = "simpler"
-        if len(states) < 2:
-            outcome.notes.append("the old and new simpler pointers have no commits between them")
-            return outcome
-        self.events.level_started(
-            "simpler",
-            len(states) - 1,
-            f"simpler states {outcome.direction} with pypto at {anchor[:12]}",
-        )
-        simpler_pair = lambda state: (anchor, state)  # noqa: E731
-        self._load(second, simpler_pair)
-        last = len(states) - 1
-        if not second.observations.get(last):
-            # (anchor, new) failed at the level above (culprit or pointer half): take it as bad.
-            second.observations[last] = [Verdict.BAD]
-        if not self._good_end_holds(second, simpler_pair, first):
-            outcome.source = "inconclusive"
-            outcome.notes.append(
-                f"pypto {anchor[:12]} alone fails with the old simpler {states[0][:12]}: the "
-                "regression does not come from the simpler range (or the example is flaky)"
+        looked_into: str | None = None  # the merge whose line the last round added
+        while True:
+            second = LevelResult(
+                "simpler",
+                states,
+                anchor=anchor,
+                repeat=self.repeat,
+                policy=self.policy,
+                prior=FlakePrior(evidence=evidence(first.observations, first.found)),
+                plain=0,  # level one's boundary spent the allowance
+                good_runs=self._last_good_runs,
             )
-            return outcome
-        self._bisect(second, simpler_pair)
-        if second.low_confidence is not None:
-            outcome.notes.append(_low_confidence_note(second, self.confidence))
-        return outcome
+            outcome.simpler = second
+            outcome.source = "simpler"
+            if len(states) < 2:
+                outcome.notes.append(
+                    "the old and new simpler pointers have no commits between them"
+                )
+                return outcome
+            self.events.level_started(
+                "simpler",
+                len(states) - 1,
+                f"simpler states {outcome.direction} with pypto at {anchor[:12]}",
+            )
+            simpler_pair = lambda state: (anchor, state)  # noqa: E731
+            self._load(second, simpler_pair)
+            last = len(states) - 1
+            if not second.observations.get(last):
+                # (anchor, new) failed at the level above (culprit or pointer half): bad.
+                second.observations[last] = [Verdict.BAD]
+            if not self._good_end_holds(second, simpler_pair, first):
+                outcome.source = "inconclusive"
+                outcome.notes.append(
+                    f"pypto {anchor[:12]} alone fails with the old simpler {states[0][:12]}: the "
+                    "regression does not come from the simpler range (or the example is flaky)"
+                )
+                return outcome
+            self._bisect(second, simpler_pair)
+            if second.low_confidence is not None:
+                outcome.notes.append(_low_confidence_note(second, self.confidence))
+            line = self._merge_line(outcome)
+            if line is None:
+                self._merge_itself(outcome, looked_into)
+                return outcome
+            states, looked_into = self._with_line(outcome, states, line, anchor)
 
     def _culprit_outcome(self, first: LevelResult) -> tuple[Outcome, Change]:
         """The outcome blaming `first.found`, with what its change alone says about it (a move
@@ -1299,25 +1307,35 @@ class Session:
             outcome = self._joint_states(first, outcome, change, lo, mixed, anchor, states)
             line = self._merge_line(outcome)
             if line is None:
-                if looked_into is not None and outcome.simpler_culprit == looked_into:
-                    outcome.notes.append(
-                        f"every commit merge {looked_into[:12]} brings passes on its own: the "
-                        "merge itself (what it combines, or how it resolved a conflict) carries "
-                        "the regression"
-                    )
+                self._merge_itself(outcome, looked_into)
                 return outcome
-            assert outcome.simpler is not None and outcome.simpler.found is not None
-            j = outcome.simpler.found
-            merge = looked_into = states[j]
-            subject = self.simpler_subject(merge) if self.simpler_subject else ""
-            outcome.notes.append(
-                f"the simpler states put the regression at merge {merge[:12]}"
-                f"{f' ({subject})' if subject else ''}; the {counted(len(line), 'commit')} it "
-                f"brings from its other parent were bisected too, with pypto at "
-                f"{(anchor or '')[:12]}"
-            )
-            states = [*states[:j], *line, *states[j:]]
+            states, looked_into = self._with_line(outcome, states, line, anchor)
             first.found = c  # (a stretch's answer moved it to the bump that reached the state)
+
+    def _with_line(
+        self, outcome: Outcome, states: Sequence[str], line: Sequence[str], anchor: str | None
+    ) -> tuple[list[str], str]:
+        """The states with the line of the merge found first bad before it (see `_line`), and
+        that merge; a note says why."""
+        assert outcome.simpler is not None and outcome.simpler.found is not None
+        j = outcome.simpler.found
+        merge = states[j]
+        subject = self.simpler_subject(merge) if self.simpler_subject else ""
+        outcome.notes.append(
+            f"the simpler states put the regression at merge {merge[:12]}"
+            f"{f' ({subject})' if subject else ''}; the {counted(len(line), 'commit')} it "
+            f"brings from its other parent were bisected too, with pypto at {(anchor or '')[:12]}"
+        )
+        return [*states[:j], *line, *states[j:]], merge
+
+    @staticmethod
+    def _merge_itself(outcome: Outcome, looked_into: str | None) -> None:
+        """Say so when the merge whose line was bisected stays the answer."""
+        if looked_into is not None and outcome.simpler_culprit == looked_into:
+            outcome.notes.append(
+                f"every commit merge {looked_into[:12]} brings passes on its own: the merge "
+                "itself (what it combines, or how it resolved a conflict) carries the regression"
+            )
 
     def _check_runtime_read(self, parent: str, culprit: str, outcome: Outcome) -> None:
         """Whether pypto's build reads the runtime's files where its build files do not show it

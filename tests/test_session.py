@@ -1335,8 +1335,9 @@ class Combined(ByPointer):
         ("s3", "f2+s2", "M"),  # each line passes alone: the merge itself
     ],
 )
+@pytest.mark.parametrize("repeat", [None, 1])
 def test_a_simpler_merge_culprit_is_bisected_into_the_commits_it_brings(
-    sample_factory, tmp_path, old, regression, culprit
+    sample_factory, tmp_path, old, regression, culprit, repeat
 ):
     sample = sample_factory(SampleSpec(**SMALL, bumps=()))
     simpler, shas = simpler_with_a_merge(sample, tmp_path)
@@ -1352,7 +1353,9 @@ def test_a_simpler_merge_culprit_is_bisected_into_the_commits_it_brings(
     else:
         tester = ByPointer(sample, simpler, regression=shas[regression])
 
-    outcome = run_on_top(clone, simpler, tester, added, simpler_subject=History(simpler).subject)
+    outcome = run_on_top(
+        clone, simpler, tester, added, simpler_subject=History(simpler).subject, repeat=repeat
+    )
 
     assert outcome.pypto.first_bad == added[-1]
     assert outcome.simpler_culprit == shas[culprit]
