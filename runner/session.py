@@ -984,6 +984,8 @@ class Session:
         if found is None:
             return outcome
         states = found
+        if anchor == culprit and change.kind == "pointer-only":
+            self._check_runtime_read(parent, culprit, outcome)
         looked_into: str | None = None  # the merge whose line the last round added
         while True:
             second = LevelResult(

@@ -1390,9 +1390,10 @@ class BakesTheRuntime(ByPointer):
         return attempt
 
 
+@pytest.mark.parametrize("repeat", [None, 1])
 @pytest.mark.parametrize("shown", [False, True], ids=["hidden", "in-build-files"])
 def test_a_pypto_wheel_that_changes_with_the_pointer_alone_is_rebuilt_for_each_simpler_state(
-    sample_factory, tmp_path, shown
+    sample_factory, tmp_path, shown, repeat
 ):
     """pypto: bump to simpler 1 (the good end), a note, bump to 5 (pointer only); the regression,
     simpler 3, reaches the example only through pypto's wheel."""
@@ -1413,7 +1414,9 @@ def test_a_pypto_wheel_that_changes_with_the_pointer_alone_is_rebuilt_for_each_s
     if shown:  # the tester builds the states that way from the start, as its build files say
         tester.reading.update(added)
 
-    outcome = run_on_top(clone, simpler, tester, added, reads_runtime=lambda commit: shown)
+    outcome = run_on_top(
+        clone, simpler, tester, added, reads_runtime=lambda commit: shown, repeat=repeat
+    )
 
     assert outcome.pypto.first_bad == added[2]
     assert outcome.simpler_culprit == sample.simpler_shas[3]
