@@ -588,11 +588,11 @@ class Replay:
     endpoint_failure: EndpointFailure | None = None
 
 
-def _existing_cache(cache_dir: Path) -> None:
+def _existing_cache(cache_dir: Path, hint: str = "") -> None:
     """A --cache-dir given to read or reuse a session must be there: a typo must not make a
     new, empty cache."""
     if not cache_dir.expanduser().is_dir():
-        raise BadInput(f"--cache-dir {cache_dir}: no such directory")
+        raise BadInput(f"--cache-dir {cache_dir}: no such directory{hint}")
 
 
 def replay(
@@ -812,8 +812,8 @@ def reproduce(
     given instead of the session's cache.
     """
     workdir = workdir.expanduser().resolve()
-    if cache_dir is not None and not cache_dir.expanduser().exists() and note is not None:
-        note(f"--cache-dir {cache_dir} is new: every wheel is built again there, from cold")
+    if cache_dir is not None:  # (a typo would rebuild everything from cold, minutes of C++)
+        _existing_cache(cache_dir, "; for a check from cold, create an empty one")
     recorded = find_recorded(workdir, run_id, session, note)
     original = recorded.attempt
     settings = load_saved_settings(workdir, recorded.settings)

@@ -598,6 +598,7 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert {"pypto", "simpler"} <= {entry["package"] for entry in there}
     missing = cli("reproduce", "--workdir", str(workdir), "--cache-dir", str(tmp_path / "no"), "1")
     assert missing.returncode == 2 and missing.stderr.startswith("error: --cache-dir "), missing
+    assert missing.stderr.strip().endswith("for a check from cold, create an empty one"), missing
     cached = cli("cache", "ls", "--cache-dir", str(shared_cache), "--json").json()
     assert {"pypto", "simpler"} <= {entry["package"] for entry in cached}
     # One commit built by two builders is two entries: the builder tells them apart.
