@@ -988,15 +988,11 @@ class Session:
             self._check_runtime_read(parent, culprit, outcome)
         looked_into: str | None = None  # the merge whose line the last round added
         while True:
-            second = LevelResult(
-                "simpler",
+            second = self._simpler_level(
                 states,
-                anchor=anchor,
-                repeat=self.repeat,
-                policy=self.policy,
+                anchor,
                 prior=FlakePrior(evidence=evidence(first.observations, first.found)),
                 plain=0,  # level one's boundary spent the allowance
-                good_runs=self._last_good_runs,
             )
             outcome.simpler = second
             outcome.source = "simpler"
@@ -1314,6 +1310,25 @@ class Session:
             states, looked_into = self._with_line(outcome, states, line, anchor)
             first.found = c  # (a stretch's answer moved it to the bump that reached the state)
 
+    def _simpler_level(
+        self,
+        states: list[str],
+        anchor: str,
+        prior: FlakePrior | None = None,
+        plain: int | None = None,
+    ) -> LevelResult:
+        """A second level over `states` with pypto at `anchor`, as this session runs levels."""
+        return LevelResult(
+            "simpler",
+            states,
+            anchor=anchor,
+            repeat=self.repeat,
+            policy=self.policy,
+            prior=prior,
+            plain=plain,
+            good_runs=self._last_good_runs,
+        )
+
     def _with_line(
         self, outcome: Outcome, states: Sequence[str], line: Sequence[str], anchor: str | None
     ) -> tuple[list[str], str]:
@@ -1415,14 +1430,7 @@ class Session:
         self._chain = chain
         second = None
         if anchor is not None:
-            second = LevelResult(
-                "simpler",
-                states,
-                anchor=anchor,
-                repeat=self.repeat,
-                policy=self.policy,
-                good_runs=self._last_good_runs,
-            )
+            second = self._simpler_level(states, anchor)
             outcome.simpler = second
             outcome.source = "simpler"
             self.events.level_started(
