@@ -53,9 +53,9 @@ def _last_good_run(
     not be tested (a stretch of untestable bumps before the culprit): the run the answer's
     boundary rests on."""
     for sha in reversed(level.candidates[: level.bounds[0] + 1]):
-        runs = doc.find_all(sha, history.gitlink(sha, path))
-        if any(a.verdict is not Verdict.SKIP for a in runs):
-            return _run_with(doc, sha, history.gitlink(sha, path), Verdict.GOOD)
+        pinned = history.gitlink(sha, path)
+        if any(a.verdict is not Verdict.SKIP for a in doc.find_all(sha, pinned)):
+            return _run_with(doc, sha, pinned, Verdict.GOOD)
     return None
 
 

@@ -497,6 +497,7 @@ class Session:
         # other parent, oldest first; [] when it is no two-parent merge with that parent
         self.merged_line = merged_line
         self._lines: dict[tuple[str, str], list[str]] = {}
+        self._held: dict[tuple[str, str], bool] = {}  # (pointer, state) -> `_holds`
         # commit -> whether its build files show that its build reads the runtime's files
         self.reads_runtime = reads_runtime
         self.events = events or QuietEvents()
@@ -1164,9 +1165,12 @@ class Session:
         return reaches
 
     def _holds(self, pointer: str, state: str) -> bool:
-        """Whether simpler commit ``state`` is in the history of ``pointer``."""
+        """Whether simpler commit ``state`` is in the history of ``pointer`` (asked of git once:
+        a stretch's pointers are checked when it is found and again when its chain is made)."""
         assert self.merge_base is not None
-        return self.merge_base(state, pointer) == state
+        if (pointer, state) not in self._held:
+            self._held[(pointer, state)] = self.merge_base(state, pointer) == state
+        return self._held[(pointer, state)]
 
     def _across_stretch(
         self, first: LevelResult, lo: int, change: Change, untested_code: bool
