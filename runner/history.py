@@ -16,6 +16,7 @@ from typing import Literal
 
 from runner.errors import BadInput, BisectError, SourceUnavailable
 from runner.gitcmd import (
+    GITLINK_MODE,
     Git,
     GitFailed,
     SubmoduleEntry,
@@ -336,10 +337,10 @@ class History:
         for line in raw.splitlines():
             meta, _, path = line.partition("\t")
             fields = meta.lstrip(":").split()
-            if len(fields) < 4 or "160000" not in fields[:2]:
+            if len(fields) < 4 or GITLINK_MODE not in fields[:2]:
                 continue
             old, new = (
-                sha if mode == "160000" else None
+                sha if mode == GITLINK_MODE else None
                 for sha, mode in ((fields[2], fields[0]), (fields[3], fields[1]))
             )
             moves.append((path, old, new))
