@@ -514,6 +514,8 @@ class Session:
         self._last_good: tuple[str, str | None] | None = None  # the joint chain's, when it ran
         self._chain: LevelResult | None = None
         self._moved_to: int | None = None  # the pointer move a descent's runs pointed to instead
+        # A descent's bump whose own pair passed: level one goes on with that commit good
+        self._own_passed: int | None = None
         self._subjects: dict[str, str] = {}
 
     def subject(self, pypto: str, simpler: str | None = None, level: Level = "pypto") -> str:
@@ -949,6 +951,28 @@ class Session:
                 for i in range(1, len(links))
                 if None not in (links[i - 1], links[i]) and links[i - 1] != links[i]
             )
+        notes: list[str] = []
+        while True:
+            outcome = self._level_one(first, pypto_pair)
+            if self._own_passed is None:
+                outcome.notes[:0] = notes
+                return outcome
+            # The states inside the bump failed and the bump itself passed: its simpler range
+            # brings a regression and its fix. Level one goes on past it.
+            bump = first.candidates[self._own_passed]
+            notes.append(
+                f"simpler states inside the bump at {bump[:12]} fail, but the bump itself passes "
+                "with its own pointer: a regression between its pointers is undone by its new "
+                "one, so the search went on past it"
+            )
+            self._own_passed = None
+            first.found, first.descended, first.belief = None, False, None
+
+    def _level_one(
+        self, first: LevelResult, pypto_pair: Callable[[str], tuple[str, str | None]]
+    ) -> Outcome:
+        """Level one's bisect from what it has seen, then the second level its culprit needs.
+        A descent may find the bump it stopped at passing (`_own_passed`): the caller goes on."""
         self._bisect(first, pypto_pair)
         stretch = self._pointer_stretch(first)
         if stretch is not None:
@@ -1064,6 +1088,8 @@ class Session:
             self._moved_to = None
             outcome = self._joint(first, outcome, change)
             moved = self._moved_to
+            if self._own_passed is not None:
+                return outcome
             if moved is None:
                 stretch = self._stretch_past(first)
                 return outcome if stretch is None else self._across_stretch(first, *stretch)
@@ -1307,6 +1333,8 @@ class Session:
         looked_into: str | None = None  # the merge whose line the last round added
         while True:
             outcome = self._joint_states(first, outcome, change, lo, mixed, anchor, states)
+            if self._own_passed is not None:
+                return outcome
             line = self._merge_line(outcome)
             if line is None:
                 self._merge_itself(outcome, looked_into)
@@ -1457,9 +1485,43 @@ class Session:
             self.events.note(f"{counted(reused, 'simpler verdict')} reused from the ledger")
         try:
             self._bisect(chain, self._pair(chain))
+            own = self._own_link_unseen(chain, first, links, origin, c, lo)
+            if own is not None:
+                self._steps(chain, self._pair(chain), [own])
+                if chain.observations[own][-1] is Verdict.GOOD:
+                    self._own_passed = c
+                    return outcome
+                chain.found = None
+                self._bisect(chain, self._pair(chain))
         finally:
             self._project(chain, first, second, origin, at_state)
         return self._joint_outcome(chain, first, second, outcome, origin, at_state, links)
+
+    def _own_link_unseen(
+        self,
+        chain: LevelResult,
+        first: LevelResult,
+        links: Sequence[Sequence[tuple[str, str | None]]],
+        origin: Sequence[int],
+        c: int,
+        lo: int,
+    ) -> int | None:
+        """The link of the bump's own pair (the culprit with its own pointer) when the chain
+        blames a state inside the bump and that pair has never run; else None.
+
+        Level one descends into a bump before testing the bump itself, and the chain takes the
+        states inside it to lead up to its new pointer. A simpler range can hold a regression and
+        its fix, though: the states inside fail and the bump's own pair passes. Plain bisection
+        tests the bump's commit in level one and goes past it; so must the chain before it names
+        that commit (a stretch's bumps in between do not build, so only its last is its own)."""
+        k = chain.found
+        if k is None or lo != c or origin[k] != c:
+            return None
+        culprit = first.candidates[c]
+        own = next(i for i, pairs in enumerate(links) if (culprit, self.gitlink(culprit)) in pairs)
+        if k >= own or chain.observations.get(own):
+            return None
+        return own
 
     def _joint_chain(
         self,

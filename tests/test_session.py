@@ -1300,6 +1300,58 @@ def test_two_bumps_in_a_row_whose_first_pointer_does_not_build_are_one_range_whe
     assert outcome.exit_code == 0
 
 
+class UndoneBy(ByPointer):
+    """Bad where the pointer holds the regression but not the later commit that undoes it."""
+
+    def __init__(self, sample: Sample, simpler: Path, regression: str, fix: str) -> None:
+        super().__init__(sample, simpler, regression)
+        self.fix = fix
+
+    def truth(self, pypto, simpler):
+        held = git(self.simpler, "rev-list", simpler).split()
+        return Verdict.BAD if self.regression in held and self.fix not in held else Verdict.GOOD
+
+
+@pytest.mark.parametrize("code", [False, True], ids=["pointer-only", "with-code"])
+def test_a_bump_whose_range_brings_a_regression_and_its_fix_is_passed_by_level_one(
+    sample_factory, tmp_path, code
+):
+    """pypto: bump to simpler 1 (the good end), bump to 7, bump back to 3. simpler 3 brings the
+    regression and 6 undoes it, so the bump to 7 passes (states 3 to 5 inside it fail) and the
+    move back to 3, dropping 6, is the culprit. Level one descends into the bump to 7 before
+    testing it; the states inside must not make it the culprit."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+
+    def bump(j: int, with_code: bool = False):
+        def change() -> None:
+            relink(clone, sample.simpler_shas[j])()
+            if with_code:
+                (clone / "notes.py").write_text("STEP = 1\n")
+                git(clone, "add", "notes.py")
+
+        return change
+
+    added = commits_on_top(
+        clone,
+        [("bump to 1", bump(1)), ("bump to 7", bump(7, code)), ("bump back to 3", bump(3))],
+    )
+    shas = sample.simpler_shas
+    tester = UndoneBy(sample, sample.runtime_gitdir, regression=shas[3], fix=shas[6])
+
+    outcome = run_on_top(clone, sample.runtime_gitdir, tester, added)
+
+    assert outcome.pypto.first_bad == added[2]
+    assert outcome.source == "simpler"
+    assert outcome.direction == "backward"
+    assert outcome.simpler_culprit == shas[6]  # the move back drops the commit that undid it
+    assert outcome.exit_code == 0
+    assert (added[1], shas[7]) in [(a.pypto_sha, a.simpler_sha) for a in tester.attempts]
+    [note] = [n for n in outcome.notes if "the bump itself passes" in n]
+    assert note.startswith(f"simpler states inside the bump at {added[1][:12]} fail")
+
+
 def simpler_with_a_merge(sample: Sample, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A clone of the sample's simpler with two lines from simpler 1: the trunk s1 s2 s3 and a
     feature f1 f2 f3, merged into the trunk as M (first parent s3)."""
