@@ -380,16 +380,29 @@ class History:
     def merged_line(self, merge: str, via: str) -> list[str]:
         """What a two-parent merge brings from its other parent when reached through ``via``,
         oldest first along that parent's first parents: the commits to bisect inside it. Empty
-        for a commit that is no such merge."""
+        for a commit that is no such merge.
+
+        ``via`` is one of the merge's parents, or an earlier commit the search reached it from
+        (the merge was itself on a line another merge brings): then the other parent is the one
+        ``via`` does not hold, and its line starts after what ``via`` holds."""
         try:
             parents = self.parents(merge)
-            if len(parents) != 2 or via not in parents:
+            if len(parents) != 2:
                 return []
-            other = parents[1] if via == parents[0] else parents[0]
+            if via in parents:
+                other = parents[1] if via == parents[0] else parents[0]
+            else:
+                beyond = [p for p in parents if not self._holds(via, p)]
+                if len(beyond) != 1 or not self._holds(merge, via):
+                    return []
+                other = beyond[0]
             line = self._git.output("rev-list", "--reverse", "--first-parent", other, "--not", via)
         except (BadInput, GitFailed):
             return []
         return line.split()
+
+    def _holds(self, commit: str, ancestor: str) -> bool:
+        return self._git.succeeds("merge-base", "--is-ancestor", ancestor, commit)
 
     def merge_base(self, one: str, other: str) -> str | None:
         try:

@@ -212,6 +212,8 @@ def test_a_merge_reached_through_its_merged_parent_brings_the_first_parents_line
     assert subjects(history.merged_line(merge, first)) == ["f1", "f2"]
     assert history.merged_line(first, history.parents(first)[0]) == []  # no merge
     assert history.merged_line(merge, merge) == []  # not reached through a parent
+    # From a commit before either parent: both sides bring commits, no one line to bisect.
+    assert history.merged_line(merge, history.parents(first)[0]) == []
 
     # Which parent the search passed: forward from the branch, backward onto it (the merge's
     # removal blamed), or along the first parent (nothing to change).
@@ -234,6 +236,27 @@ def test_endpoints_in_the_wrong_shape_are_refused(history, good, bad, complaint)
     with pytest.raises(BadInput, match=complaint) as caught:
         history.first_parent_range(good, bad)
     assert good in str(caught.value)
+
+
+def test_a_merge_reached_from_inside_its_other_side_brings_the_rest_of_that_side(tmp_path):
+    """A merge with `--no-ff` of a line that starts at its first parent (t1 t2 onto s0), reached
+    by a search that came from t1 (the merge lay on another merge's line): it brings t2."""
+    repo = tmp_path / "simpler"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "s0", when=1)
+    git(repo, "checkout", "-q", "-b", "topic")
+    for n, name in enumerate(("t1", "t2", "t3"), start=2):
+        git(repo, "commit", "-q", "--allow-empty", "-m", name, when=n)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "M", "topic", when=9)
+    history = History(repo)
+    merge = history.resolve("main")
+    t1 = history.resolve("topic~2")
+
+    assert [history.subject(sha) for sha in history.merged_line(merge, t1)] == ["t2", "t3"]
+    through_s0 = history.merged_line(merge, history.resolve("HEAD~1"))  # its first parent
+    assert [history.subject(sha) for sha in through_s0] == ["t1", "t2", "t3"]
 
 
 def test_a_good_commit_off_the_bad_commits_history_is_refused(merged):
