@@ -430,8 +430,8 @@ def _levels(doc: LedgerDocument, outcome: Outcome) -> list[tuple[str, list[Point
         # Going backward the culprit is the state before the first bad one: the commit whose
         # removal brought the regression back.
         culprit = level.found
-        if culprit is not None and outcome.blamed(level, culprit) != level.candidates[culprit]:
-            culprit -= 1
+        if culprit is not None:
+            culprit = level.candidates.index(outcome.blamed(level, culprit))
         out.append(("simpler", series(runs, level.candidates, level.runs), culprit))
     return out
 

@@ -419,6 +419,9 @@ class Outcome:
     merge_base_index: int = -1  # diverged pointers: where the path turns from backward to forward
     confidence: float = DEFAULT_CONFIDENCE  # the probability a culprit had to reach
     drift: list[str] = field(default_factory=list)  # good commits that failed re-run at the end
+    # Going backward, a merge's line bisected in reverse: its oldest state -> the merge. Passing
+    # from that state to the merge's parent drops the merge, not that state.
+    dropped_merges: dict[str, str] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -448,7 +451,8 @@ class Outcome:
         the simpler pointer moves backward, the state before it (the commit whose removal
         brought the regression back)."""
         if level is self.simpler and index > 0 and self._backward_step(index):
-            return level.candidates[index - 1]
+            before = level.candidates[index - 1]
+            return self.dropped_merges.get(before, before)
         return level.candidates[index]
 
     def _backward_step(self, index: int) -> bool:
@@ -1368,19 +1372,30 @@ class Session:
         that merge; a note says why."""
         assert outcome.simpler is not None and outcome.simpler.found is not None
         j = outcome.simpler.found
-        merge = states[j]
+        backward = outcome._backward_step(j)
+        merge = states[j - 1] if backward else states[j]
         subject = self.simpler_subject(merge) if self.simpler_subject else ""
         outcome.notes.append(
-            f"the simpler states put the regression at merge {merge[:12]}"
-            f"{f' ({subject})' if subject else ''}; the {counted(len(line), 'commit')} it "
-            f"brings from its other parent were bisected too, with pypto at {(anchor or '')[:12]}"
+            f"the simpler states put the regression at {'the removal of ' if backward else ''}"
+            f"merge {merge[:12]}{f' ({subject})' if subject else ''}; the "
+            f"{counted(len(line), 'commit')} it brings from its other parent were bisected too, "
+            f"with pypto at {(anchor or '')[:12]}"
         )
+        if backward:  # dropped newest first: the line walked back to the merge's parent
+            outcome.dropped_merges[line[0]] = merge
+            return [*states[:j], *reversed(line), *states[j:]], merge
         return [*states[:j], *line, *states[j:]], merge
 
     @staticmethod
     def _merge_itself(outcome: Outcome, looked_into: str | None) -> None:
         """Say so when the merge whose line was bisected stays the answer."""
         if looked_into is not None and outcome.simpler_culprit == looked_into:
+            if looked_into in outcome.dropped_merges.values():
+                outcome.notes.append(
+                    f"every commit merge {looked_into[:12]} brings passes on its own without the "
+                    "merge: dropping the merge as a whole brought the regression back"
+                )
+                return
             outcome.notes.append(
                 f"every commit merge {looked_into[:12]} brings passes on its own: the merge "
                 "itself (what it combines, or how it resolved a conflict) carries the regression"
@@ -1426,12 +1441,17 @@ class Session:
         """What state `j`, a merge the search reaches through the state before it, brings from
         its other parent: its commits oldest first, along that parent's first parents. Once
         the search puts the regression at such a merge, they are bisected too, to name the
-        commit that did it rather than the merge. None for a state that is no such merge, one
-        whose line is among the states already, or one a backward step passes (its removal
-        brought the regression: what it drops is listed, not bisected)."""
-        if self.merged_line is None or not 0 < j < len(states) or outcome._backward_step(j):
+        commit that did it rather than the merge. Going backward, state `j` is the merge's
+        parent and the merge the state before it, whose removal brought the regression: what it
+        drops is bisected the same way (not across a merge base, where a diverged move turns).
+        None for a state that is no such merge, or one whose line is among the states already."""
+        if self.merged_line is None or not 0 < j < len(states):
             return None
         key = (states[j], states[j - 1])
+        if outcome._backward_step(j):
+            if outcome.direction != "backward":
+                return None
+            key = (states[j - 1], states[j])
         if key not in self._lines:
             self._lines[key] = self.merged_line(*key)
         line = self._lines[key]
