@@ -736,6 +736,8 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
             f"Inconclusive: untestable commits border the culprit; it is one of "
             f"{len(pypto.suspects)} pypto commits"
         )
+        if outcome.simpler is not None and outcome.simpler.found is not None:
+            return line + " listed below: whichever brought the simpler commit named below."
         if outcome.simpler is not None:  # bumps in a row: both levels name candidates
             line += f" and one of {len(outcome.simpler.suspects)} simpler commits"
         return line + " listed below."

@@ -435,6 +435,8 @@ class Outcome:
             return 1
         if self.source == "simpler" and self.simpler is not None and self.simpler.found is None:
             return 1
+        if self.pypto.found is None and self.pypto.inconclusive is not None:
+            return 1  # the simpler culprit is known, not the pypto bump that brought it
         return 0
 
     @property
@@ -1194,6 +1196,18 @@ class Session:
             return None
         return reaches
 
+    def _unread_before(self, first: LevelResult, lo: int) -> int | None:
+        """The first commit of a stretch, before the bump it blames, whose simpler pointer no
+        source holds: `_reaches` could not tell how far it reaches, so it may be the one that
+        brought the simpler culprit."""
+        if first.found is None or self.merge_base is None:
+            return None
+        for k in range(lo, first.found):
+            pointer = self.gitlink(first.candidates[k])
+            if pointer is not None and self.merge_base(pointer, pointer) is None:
+                return k
+        return None
+
     def _holds(self, pointer: str, state: str) -> bool:
         """Whether simpler commit ``state`` is in the history of ``pointer`` (asked of git once:
         a stretch's pointers are checked when it is found and again when its chain is made)."""
@@ -1241,6 +1255,19 @@ class Session:
             first.found, first.inconclusive = None, (lo, last)
             outcome.source, outcome.change, outcome.simpler = "inconclusive", None, None
             outcome.notes.append(note)
+            return outcome
+        unread = self._unread_before(first, lo)
+        if unread is not None and outcome.source == "simpler" and first.found is not None:
+            blamed = first.candidates[first.found]
+            outcome.notes.append(
+                f"pypto {first.candidates[unread][:12]} pins simpler "
+                f"{(self.gitlink(first.candidates[unread]) or '')[:12]}, which no source given "
+                f"holds, so it may already have brought the simpler culprit: the pypto commit "
+                f"to blame is one of {first.candidates[unread][:12]}..{blamed[:12]} (give a "
+                "--submodule-source that has it to tell)"
+            )
+            first.found, first.inconclusive = None, (unread, first.found)
+            outcome.change, outcome.split = None, None
             return outcome
         blamed = first.first_bad
         # The blamed bump's own move; none when the answer is one of several bumps.

@@ -1352,6 +1352,36 @@ def test_a_bump_whose_range_brings_a_regression_and_its_fix_is_passed_by_level_o
     assert note.startswith(f"simpler states inside the bump at {added[1][:12]} fail")
 
 
+def test_a_bump_whose_pointer_no_source_holds_stays_a_candidate_for_the_simpler_culprit(
+    sample_factory, tmp_path
+):
+    """pypto: bump to simpler 1 (the good end), bump to a commit no repository holds (force-
+    pushed away; it may descend from the regression), bump to 5. The regression, simpler 3, is
+    found across the combined move, but either bump may have brought it."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    gone = "0badc0de" * 5
+    shas = sample.simpler_shas
+    added = commits_on_top(
+        clone,
+        [
+            ("bump to 1", relink(clone, shas[1])),
+            ("bump to a commit force-pushed away", relink(clone, gone)),
+            ("bump to 5", relink(clone, shas[5])),
+        ],
+    )
+    tester = ByPointer(sample, sample.runtime_gitdir, regression=shas[3], broken=[gone])
+
+    outcome = run_on_top(clone, sample.runtime_gitdir, tester, added)
+
+    assert outcome.simpler_culprit == shas[3]
+    assert outcome.pypto.found is None
+    assert [outcome.pypto.candidates[i] for i in outcome.pypto.inconclusive] == added[1:]
+    assert outcome.exit_code == 1
+    assert any(f"pins simpler {gone[:12]}, which no source given holds" in n for n in outcome.notes)
+
+
 def simpler_with_a_merge(sample: Sample, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A clone of the sample's simpler with two lines from simpler 1: the trunk s1 s2 s3 and a
     feature f1 f2 f3, merged into the trunk as M (first parent s3)."""
