@@ -546,10 +546,27 @@ class Settings(BaseSettings):
         return self.device.split(",")
 
     def submodule_repos(self) -> dict[str, Path]:
-        """Submodule path -> clone to take objects from; `simpler` stands for the runtime's."""
+        """Submodule path -> clone to take objects from; `simpler` stands for the runtime's.
+        Two clones for the runtime (`simpler` and a `submodule_sources` entry) are refused: one
+        would be dropped without a word."""
         repos = dict(self.submodule_sources)
+        path = self.submodule_path
         if self.simpler is not None:
-            repos.setdefault(self.submodule_path, self.simpler)
+            other = repos.setdefault(path, self.simpler)
+            if other.expanduser().absolute() != self.simpler.expanduser().absolute():
+                raise BadInput(
+                    f"{self.given_as('simpler')} {self.simpler} and "
+                    f"{self.given_as('submodule_sources')} {path}={other} both give a clone for "
+                    f"the {path} submodule, and one is used: give one (to have both histories, "
+                    f"fetch one into the other: git -C {self.simpler} fetch {other} "
+                    "'+refs/heads/*:refs/remotes/other/*')"
+                )
+        if path in self.omit_submodules:
+            raise BadInput(
+                f"{self.given_as('omit_submodules')} {path}: the {path} submodule is simpler, "
+                "which every test builds, so it cannot be left out; give a clone that has its "
+                f"commits with {self.given_as('simpler')} DIR"
+            )
         return repos
 
     def cache_root(self) -> Path:

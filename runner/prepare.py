@@ -250,7 +250,9 @@ def prepare_builders(
     image_id = base_image_id(client, settings.base_image)
     cache_root = settings.cache_root().resolve()
     toolchains = Toolchains(
-        SourceExporter(pypto_path, cache_root, extra_repos(settings)),
+        SourceExporter(
+            pypto_path, cache_root, extra_repos(settings), runtime=settings.submodule_path
+        ),
         make_provisioner(settings, client, image_id, cache_root, echo=echo),
         submodule_path=settings.submodule_path,
     )
@@ -402,7 +404,7 @@ def prepare(settings: Settings) -> Prepared:
         extra_args=list(settings.extra_args),
         settings_digest=session_digest(settings, lib_digest, content),
     )
-    exporter = SourceExporter(pypto_path, cache_root, extra)
+    exporter = SourceExporter(pypto_path, cache_root, extra, runtime=settings.submodule_path)
     skip = _skipped(settings, history, exporter, (good, bad))
     return Prepared(
         settings=settings,

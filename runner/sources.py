@@ -120,9 +120,12 @@ class SourceExporter:
         superproject: Path,
         cache_dir: Path,
         extra_repos: Mapping[str, Path] = MappingProxyType({}),
+        runtime: str = "runtime",
     ) -> None:
-        """`extra_repos`: submodule path -> another local clone with its objects (`--simpler`)."""
+        """`extra_repos`: submodule path -> another local clone with its objects (`--simpler`).
+        `runtime`: the simpler submodule's path, which no build can do without."""
         self.superproject = Path(superproject).absolute()
+        self._runtime = _norm(runtime)
         self._extra = {_norm(path): Path(repo).absolute() for path, repo in extra_repos.items()}
         self._worktree, self._git_dir, self._common_dir = self._locate(self.superproject)
         key = hashlib.sha256(str(self._common_dir).encode()).hexdigest()[:16]
@@ -532,11 +535,16 @@ class SourceExporter:
                 f"it; fetch it into one of them, or give a clone that has it",
                 submodule=repo.display,
             )
+        if repo.display == self._runtime:
+            how = "pass --simpler DIR with a clone that has it"
+        else:
+            how = (
+                f"pass --submodule-source {repo.display}=DIR with a clone that has it, or "
+                f"--omit-submodule {repo.display} if the build does not need it"
+            )
         return SourceUnavailable(
             f"source unavailable: submodule {repo.display} commit {sha[:12]} is not in the local "
-            f"checkout ({repo.modules_hint}); fetch it there, pass --submodule-source "
-            f"{repo.display}=DIR with a clone that has it, or --omit-submodule {repo.display} "
-            "if the build does not need it",
+            f"checkout ({repo.modules_hint}); fetch it there, {how}",
             submodule=repo.display,
         )
 

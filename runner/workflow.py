@@ -630,7 +630,9 @@ def replay(
         _existing_cache(cache_dir)
     history = History(inputs.checkout())
     extra = extra_repos(settings) if settings is not None else {}
-    exporter = SourceExporter(inputs.checkout(), cache_dir.resolve(), extra)
+    exporter = SourceExporter(
+        inputs.checkout(), cache_dir.resolve(), extra, runtime=inputs.submodule_path
+    )
     document.check_range([inputs.good, *history.first_parent_range(inputs.good, inputs.bad)], path)
     tester = _LedgerOnly(parallel=max(1, len(inputs.devices)))
     session = _session(history, exporter, tester, document.find_all, inputs, settings)

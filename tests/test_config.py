@@ -354,6 +354,24 @@ def test_simpler_is_shorthand_for_a_submodule_source_at_the_runtime_path():
     assert settings.submodule_repos() == {"runtime": Path("/s"), "3rdparty/x": Path("/x")}
 
 
+def test_two_clones_for_the_runtime_are_refused_rather_than_one_dropped():
+    same = load_settings({"simpler": Path("/s"), "submodule_sources": {"runtime": "/s"}})
+    assert same.submodule_repos() == {"runtime": Path("/s")}
+    both = load_settings({"simpler": Path("/s"), "submodule_sources": {"runtime": "/fork"}})
+    with pytest.raises(BadInput) as caught:
+        both.submodule_repos()
+    message = str(caught.value)
+    assert message.startswith("--simpler /s and --submodule-source runtime=/fork both give a clone")
+    assert "git -C /s fetch /fork" in message
+
+
+def test_the_runtime_submodule_cannot_be_omitted():
+    settings = load_settings({"omit_submodules": ["runtime/"]})
+    with pytest.raises(BadInput, match="cannot be left out"):
+        settings.submodule_repos()
+    assert load_settings({"omit_submodules": ["3rdparty/x"]}).submodule_repos() == {}
+
+
 def test_new_settings_change_the_run_digest_only_when_set():
     base = load_settings({})
     assert base.run_digest() == load_settings({"wheelhouse": Path("/w")}).run_digest()
