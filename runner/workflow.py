@@ -363,6 +363,14 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
             f"lacks the Python module {module}, which the example or a wheel imports; add it to "
             "the base image (runs have no network to install it)"
         )
+    elif attempt.simpler_sha is None and "No module named 'simpler" in attempt.reason:
+        text = (
+            f"the known-{failure.which} commit {sha} could not be tested ({why}): it has no "
+            "runtime submodule, so no simpler was installed for the example; pick a "
+            f"--{failure.which} that has one"
+        )
+        if failure.which == "good":
+            text += ", or pass --no-verify to take it as good untested"
     elif failure.which == "good":
         text = (
             f"the known-good commit {sha} could not be tested ({why}); {_unblock(attempt)}, "
@@ -372,7 +380,7 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
         text = f"the known-bad commit {sha} passes: there is no regression to bisect in this range"
     else:
         text = (
-            f"the known-bad commit {sha} could not be tested ({why}); {_unblock(attempt)} or "
+            f"the known-bad commit {sha} could not be tested ({why}); {_unblock(attempt)}, or "
             "pick another --bad"
         )
     log = f" (log: {attempt.log_path})" if attempt.log_path else ""
@@ -399,8 +407,6 @@ def _unblock(attempt: Attempt) -> str:
             "fix its build (the log says what failed; other build tools: --build-pin, with "
             "--new-session)"
         )
-    if attempt.simpler_sha is None and "No module named 'simpler" in attempt.reason:
-        return "it has no runtime submodule, so no simpler was installed for the example"
     return "fix what stopped it (see the log)"
 
 

@@ -1829,7 +1829,7 @@ def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, 
         assert message.endswith(
             "pick another --good, or pass --no-verify to take it as good untested"
             if which == "good"
-            else "or pick another --bad"
+            else ", or pick another --bad"
         )
 
 
@@ -1843,10 +1843,13 @@ def test_an_endpoint_missing_a_module_neither_wheel_brings_names_the_base_image(
         assert "the base image lacks the Python module numpy" in message
         assert "pick another" not in message
     runtime = recorded(verdict=Verdict.SKIP, reason="crashed: No module named 'simpler._core'")
-    message = str(endpoint_error(EndpointFailure("good", runtime)))
-    assert "pick another --good" in message
     # No simpler at that commit: it has no runtime submodule, which the message says.
-    assert "it has no runtime submodule, so no simpler was installed" in message
+    for which, ending in (("good", "--no-verify to take it as good untested"), ("bad", "one")):
+        message = str(endpoint_error(EndpointFailure(which, runtime)))
+        assert "it has no runtime submodule, so no simpler was installed for the example; " in (
+            message
+        )
+        assert f"pick a --{which} that has one" in message and message.endswith(ending)
     pinned = runtime.model_copy(update={"simpler_sha": "b" * 40})
     message = str(endpoint_error(EndpointFailure("good", pinned)))
     assert "no runtime submodule" not in message and "fix what stopped it" in message
