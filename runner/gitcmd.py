@@ -113,7 +113,12 @@ class Git:
             self._env["GIT_DIR"] = str(path)
         try:
             self.output("rev-parse", "--git-dir")
-        except GitFailed:
+        except GitFailed as failed:
+            if "dubious ownership" in failed.stderr:
+                raise BadInput(
+                    f"git refuses {path}: another user owns it (dubious ownership); run as its "
+                    f"owner, or trust it with git config --global --add safe.directory {path}"
+                ) from None
             inside = run(["rev-parse", "--show-toplevel"], env=USER_ENV, cwd=path)
             if inside.returncode == 0 and inside.stdout.strip():
                 top = inside.stdout.decode(errors="surrogateescape").strip()

@@ -109,6 +109,20 @@ def test_a_directory_that_is_not_a_repository_is_refused(sample, tmp_path):
             History(path)
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
+def test_a_checkout_another_user_owns_is_named_for_what_git_refuses(tmp_path):
+    repo = tmp_path / "pypto"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    for path in (repo, *repo.rglob("*")):
+        os.chown(path, 65534, 65534, follow_symlinks=False)
+    with pytest.raises(BadInput) as caught:
+        History(repo)
+    message = str(caught.value)
+    assert message.startswith(f"git refuses {repo}: another user owns it (dubious ownership)")
+    assert f"safe.directory {repo}" in message
+
+
 # --- first-parent ranges ----------------------------------------------------------------------
 
 
