@@ -9,6 +9,7 @@ Deciding what to test is the search engine's job; this module only reports what 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,22 @@ def readable(text: str) -> str:
     message in another encoding without its header, a Latin-1 source file) become U+FFFD, as
     `git log` shows them; git output keeps them escaped otherwise, for paths."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def one_line(text: str) -> str:
+    """`readable` for a subject or a name, which terminals and reports print as they are:
+    control characters (an escape sequence that clears the screen, a carriage return) are shown
+    in caret notation, as `cat -v` does, instead of acting."""
+    shown = readable(text)
+    return shown if shown.isprintable() else "".join(_shown(ch) for ch in shown)
+
+
+def _shown(ch: str) -> str:
+    if ch == "\t" or unicodedata.category(ch) != "Cc":
+        return ch
+    if ord(ch) < 0x20 or ord(ch) == 0x7F:
+        return f"^{chr(ord(ch) ^ 0x40)}"
+    return "\ufffd"  # (C1 controls: no caret form)
 
 
 class History:
@@ -270,7 +287,7 @@ class History:
         return (touched, pinned) if pinned is not None else None
 
     def subject(self, commit: str) -> str:
-        return readable(self._run("log", "-1", "--format=%s", commit, "--", rev=commit))
+        return one_line(self._run("log", "-1", "--format=%s", commit, "--", rev=commit))
 
     def subjects(self, commits: Collection[str]) -> dict[str, str]:
         """The subject line of each commit, in one git call (unknown commits are left out)."""
@@ -282,17 +299,17 @@ class History:
             )
         except GitFailed:
             return {}
-        pairs = (line.split("\0", 1) for line in shown.splitlines() if "\0" in line)
-        return {sha: readable(subject) for sha, subject in pairs}
+        pairs = (line.split("\0", 1) for line in shown.split("\n") if "\0" in line)
+        return {sha: one_line(subject) for sha, subject in pairs}
 
     def commit_info(self, commit: str) -> CommitInfo:
         shown = self._run("log", "-1", f"--format={_INFO_FORMAT}", commit, "--", rev=commit)
         sha, subject, author, email, date, parents = shown.split("\0")
         return CommitInfo(
             sha,
-            readable(subject),
-            readable(author),
-            readable(email),
+            one_line(subject),
+            one_line(author),
+            one_line(email),
             date,
             (parents.split() or [None])[0],
         )
@@ -362,8 +379,8 @@ class History:
         sides = [parent for parent in (first, *others) if parent != base]
         shown = self._git.output("log", "--format=%H%x00%s", *sides, "--not", base, "--")
         brought = tuple(
-            (sha, subject)
-            for sha, subject in (line.split("\0", 1) for line in shown.splitlines() if "\0" in line)
+            (sha, one_line(subject))
+            for sha, subject in (line.split("\0", 1) for line in shown.split("\n") if "\0" in line)
         )
         if base != first:  # the first parent's line is no branch of this tool's to bisect
             return Merged(brought, None)

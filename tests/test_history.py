@@ -123,6 +123,36 @@ def test_a_checkout_another_user_owns_is_named_for_what_git_refuses(tmp_path):
     assert f"safe.directory {repo}" in message
 
 
+def test_control_characters_in_subjects_and_names_are_shown_not_acted_on(tmp_path):
+    """A subject with an escape sequence that clears the screen, a carriage return and a bell:
+    progress lines and reports print subjects as they are."""
+    repo = tmp_path / "pypto"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=Eve\x1b[31m",
+            "-c",
+            "user.email=e@example.com",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "fix \x1b[2Jscale\rdone\x07 \u00e9",
+        ],
+        cwd=repo,
+        check=True,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull},
+    )
+    history = History(repo)
+    head = history.resolve("HEAD")
+    assert history.subject(head) == "fix ^[[2Jscale^Mdone^G \u00e9"
+    assert history.subjects([head]) == {head: "fix ^[[2Jscale^Mdone^G \u00e9"}
+    assert history.commit_info(head).author == "Eve^[[31m"
+
+
 # --- first-parent ranges ----------------------------------------------------------------------
 
 
