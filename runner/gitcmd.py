@@ -61,12 +61,16 @@ MIRROR_ENV = _base_env(isolated=True)
 
 
 def run(
-    args: Sequence[str], *, env: Mapping[str, str] = USER_ENV, cwd: Path | None = None
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] = USER_ENV,
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """`git <args>`, its output captured; the exit status is the caller's to judge."""
     try:
         return subprocess.run(
-            ["git", *args], cwd=cwd, env=dict(env), capture_output=True, check=False
+            ["git", *args], cwd=cwd, env=dict(env), capture_output=True, check=False, input=stdin
         )
     except FileNotFoundError as exc:
         raise InfrastructureError(

@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from subprocess import CompletedProcess
 from types import MappingProxyType
@@ -46,6 +46,7 @@ from runner.gitcmd import (
 
 LOCK_TIMEOUT_S = 600.0
 _HEX = re.compile(r"[0-9a-fA-F]{4,64}")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _NO_OVERRIDES: Mapping[str, str | None] = MappingProxyType({})
 
 
@@ -107,6 +108,36 @@ def _local_url_paths(url: str | None, bases: Iterable[Path]) -> list[Path]:
     return []
 
 
+def _batch_objects(output: bytes, count: int) -> list[tuple[str, bytes] | None]:
+    """`git cat-file --batch`'s answer to `count` names: (type, content), None for a missing one."""
+    found: list[tuple[str, bytes] | None] = []
+    at = 0
+    for _ in range(count):
+        end = output.index(b"\n", at)
+        header = output[at:end].split()
+        at = end + 1
+        if len(header) != 3 or not header[2].isdigit():  # "<name> missing", "ambiguous"
+            found.append(None)
+            continue
+        size = int(header[2])
+        found.append((header[1].decode(), output[at : at + size]))
+        at += size + 1
+    return found
+
+
+def _committed(commit: bytes, sha: str) -> datetime:
+    """The committer date of a raw commit object, as `git show -s --format=%cI` gives it."""
+    for line in commit.split(b"\n"):
+        if not line:
+            break  # the message follows the headers
+        if line.startswith(b"committer "):
+            stamp, zone = line.rsplit(b" ", 2)[1:]
+            sign = -1 if zone.startswith(b"-") else 1
+            offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5])) * sign
+            return datetime.fromtimestamp(int(stamp), timezone(offset))
+    raise InfrastructureError(f"git gave commit {sha[:12]} without a committer date")
+
+
 class SourceExporter:
     """Exports commits of one superproject from tool-owned mirrors in `cache_dir/mirrors/`.
 
@@ -136,6 +167,7 @@ class SourceExporter:
         self._config_urls: dict[Path, dict[str, str]] = {}
         self._default_at: dict[str, str] = {}
         self._reads: dict[tuple[str, str], bool] = {}
+        self._resolved: dict[str, str] = {}  # full SHA -> itself, once the checkout has it
         self._top = self._make_top()
 
     # ----------------------------------------------------------------- public API
@@ -316,14 +348,22 @@ class SourceExporter:
             at_sha = self._resolve_superproject_commit(at) if at else self._newest_with(path)
             repo = self._repo_for_path(path, at_sha)
             sha = self._resolve_in_mirror(repo, commit)
-        self._require_commit(repo, sha)
-        texts: dict[str, str | None] = {}
-        for filename in filenames:
-            shown = self._mirror_git(repo, "cat-file", "blob", f"{sha}:{filename}")
-            texts[filename] = (
-                shown.stdout.decode(errors="replace") if shown.returncode == 0 else None
-            )
-        return texts, self._commit_date(repo, sha)
+        # The commit and the files in one git call: planning reads every commit that edits
+        # pyproject.toml, thousands in a long range.
+        names = [f"{sha}^{{commit}}", *(f"{sha}:{filename}" for filename in filenames)]
+        shown = self._mirror_git(
+            repo, "cat-file", "--batch", stdin="".join(f"{n}\n" for n in names).encode()
+        )
+        objects = _batch_objects(checked(shown, f"reading {sha[:12]}"), len(names))
+        if objects[0] is None or objects[0][0] != "commit":
+            raise self._unavailable(repo, sha)
+        texts = {
+            filename: found[1].decode(errors="replace")
+            if found is not None and found[0] == "blob"
+            else None
+            for filename, found in zip(filenames, objects[1:], strict=True)
+        }
+        return texts, _committed(objects[0][1], sha)
 
     def submodule_git_dir(self, path: str) -> Path:
         """A git dir (the tool's mirror) that sees every local object of the submodule at `path`.
@@ -518,8 +558,10 @@ class SourceExporter:
             for parent in parents
         )
 
-    def _mirror_git(self, repo: _Repo, *args: str, **env: str) -> CompletedProcess[bytes]:
-        return run(["--git-dir", str(repo.mirror), *args], env={**MIRROR_ENV, **env})
+    def _mirror_git(
+        self, repo: _Repo, *args: str, stdin: bytes | None = None, **env: str
+    ) -> CompletedProcess[bytes]:
+        return run(["--git-dir", str(repo.mirror), *args], env={**MIRROR_ENV, **env}, stdin=stdin)
 
     def _unavailable(self, repo: _Repo, sha: str) -> SourceUnavailable:
         if not repo.names:
@@ -580,7 +622,17 @@ class SourceExporter:
         return proc.stdout.decode().strip()
 
     def _resolve_superproject_commit(self, rev: str) -> str:
-        """Names (HEAD, branches, tags) are resolved in the user's repo, read-only."""
+        """Names (HEAD, branches, tags) are resolved in the user's repo, read-only; a full SHA
+        once (planning asks about the same commits again and again)."""
+        known = self._resolved.get(rev)
+        if known is not None:
+            return known
+        sha = self._resolve_in_checkout(rev)
+        if _FULL_SHA.fullmatch(rev):
+            self._resolved[rev] = sha
+        return sha
+
+    def _resolve_in_checkout(self, rev: str) -> str:
         proc = run(
             ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
             env=USER_ENV,
