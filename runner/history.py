@@ -128,7 +128,7 @@ class History:
     def _unknown(self, rev: str) -> str:
         return (
             f"unknown revision {rev!r} in {self.path}: give a commit, branch or tag that "
-            "exists there (see `git log --first-parent --oneline`)"
+            f"exists there (see `git log --first-parent --oneline`){self._shallow()}"
         )
 
     def has_commit(self, sha: str) -> bool:

@@ -721,6 +721,9 @@ def test_a_range_a_shallow_clone_cuts_off_says_the_clone_is_shallow(sample, tmp_
     with pytest.raises(BadInput, match=r"is a shallow clone.*git fetch --unshallow"):
         history.first_parent_range(old, tip)
     assert history.first_parent_range(sample.pypto_shas[-3], tip) == sample.pypto_shas[-2:]
+    # A commit beyond the depth is unknown to it: the same advice.
+    with pytest.raises(BadInput, match=r"unknown revision .*is a shallow clone.*--unshallow"):
+        history.resolve(sample.pypto_shas[0])
 
 
 def test_a_name_that_is_a_tag_and_a_branch_of_other_commits_is_refused(sample, tmp_path):
