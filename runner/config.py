@@ -232,14 +232,15 @@ def _table_keys() -> set[str]:
 
 
 def _submodule_path(path: str) -> str:
-    """A submodule path as git lists it: `./runtime/` (what tab completion gives) is `runtime`."""
+    """A submodule path as git lists it: `./runtime/` (what tab completion gives) is `runtime`,
+    `third_party//runtime` is `third_party/runtime`."""
     cleaned = path.strip()
-    while cleaned.startswith("./"):
-        cleaned = cleaned[2:]
-    cleaned = cleaned.rstrip("/")
-    if not cleaned or cleaned.startswith("/") or ".." in Path(cleaned).parts:
+    if not cleaned or cleaned.startswith("/"):
         raise ValueError(f"{path!r} is not a submodule path inside the checkout")
-    return cleaned
+    parts = [part for part in cleaned.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"{path!r} is not a submodule path inside the checkout")
+    return "/".join(parts)
 
 
 class Settings(BaseSettings):

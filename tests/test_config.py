@@ -365,6 +365,24 @@ def test_two_clones_for_the_runtime_are_refused_rather_than_one_dropped():
     assert "git -C /s fetch /fork" in message
 
 
+@pytest.mark.parametrize(
+    ("given", "path"),
+    [
+        ("./runtime/", "runtime"),
+        ("third_party//runtime", "third_party/runtime"),
+        ("./third_party/./runtime/", "third_party/runtime"),
+    ],
+)
+def test_a_submodule_path_is_taken_as_git_lists_it(given, path):
+    assert load_settings({"submodule_path": given}).submodule_path == path
+
+
+@pytest.mark.parametrize("given", ["", "/runtime", "third_party/../runtime", "./", "//"])
+def test_a_path_outside_the_checkout_is_no_submodule_path(given):
+    with pytest.raises(BadInput, match="is not a submodule path inside the checkout"):
+        load_settings({"submodule_path": given})
+
+
 def test_the_runtime_submodule_cannot_be_omitted():
     settings = load_settings({"omit_submodules": ["runtime/"]})
     with pytest.raises(BadInput, match="cannot be left out"):
