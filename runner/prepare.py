@@ -179,9 +179,11 @@ def _unrelated_clones(
     'source unavailable'."""
     warnings = []
     for path, clone in extra.items():
-        if "/" in path:
-            continue
         pins = {pin for pin in (history.gitlink(end, path) for end in ends) if pin}
+        parts = path.split("/")
+        outer = ("/".join(parts[:n]) for n in range(1, len(parts)))
+        if not pins and any(history.gitlink(end, p) for p in outer for end in ends):
+            continue  # a submodule of a submodule (runtime/third_party/x): pypto pins none
         if not pins:
             warnings.append(
                 f"{clone} is given for the submodule at {path}, but neither endpoint has one "

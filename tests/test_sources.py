@@ -630,11 +630,16 @@ def test_a_clone_given_for_the_runtime_that_holds_neither_pin_is_warned_about(
     assert _unrelated_clones(history, ends, {RUNTIME_PATH: sample.mirrors["simpler"]}) == []
     warned = _unrelated_clones(history, ends, {RUNTIME_PATH: sample.lib})
     assert len(warned) == 1 and warned[0].startswith(f"{sample.lib} holds neither endpoint's")
-    nowhere = _unrelated_clones(history, ends, {"nothere": sample.mirrors["simpler"]})
-    assert nowhere == [
-        f"{sample.mirrors['simpler']} is given for the submodule at nothere, but neither "
-        "endpoint has one there; it is used only if a commit in between has one"
-    ]
+    for path in ("nothere", "foo/bar"):
+        nowhere = _unrelated_clones(history, ends, {path: sample.mirrors["simpler"]})
+        assert nowhere == [
+            f"{sample.mirrors['simpler']} is given for the submodule at {path}, but neither "
+            "endpoint has one there; it is used only if a commit in between has one"
+        ]
+    # One in a subfolder is checked as the runtime is; a submodule's own submodule is not.
+    wrong = _unrelated_clones(history, ends, {LIBBACKTRACE_PATH: sample.lib})
+    assert len(wrong) == 1 and wrong[0].startswith(f"{sample.lib} holds neither endpoint's")
+    assert _unrelated_clones(history, ends, {NESTED_ISA: sample.lib}) == []
 
 
 def test_check_says_which_omitted_paths_the_commit_has(
