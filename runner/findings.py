@@ -90,6 +90,9 @@ def gather_facts(
         facts.culprit_patch = history.patch(culprit)
         facts.merged = history.merged(culprit)
     path = doc.inputs.submodule_path
+    if culprit is not None:
+        moves = history.submodule_moves(culprit)
+        facts.pypto_submodules = [move for move in moves if move[0] != path]
     if facts.merged is not None and outcome.source == "simpler":
         # Which of the commits a merge culprit brings moved the runtime pointer themselves: the
         # report lists them when that move carries the regression (else what the merge brings).

@@ -65,6 +65,8 @@ class ReportFacts:
     pointer_movers: list[tuple[str, str]] = field(default_factory=list)
     # The submodule pointers of simpler's own that its culprit moves: (path, old, new).
     simpler_submodules: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    # Likewise the pypto culprit's, the runtime's aside (its move is the change's).
+    pypto_submodules: list[tuple[str, str | None, str | None]] = field(default_factory=list)
 
 
 def interesting_hunks(patch: str, limit: int = MAX_HUNK_LINES) -> str:
@@ -634,6 +636,9 @@ def build_json(doc: LedgerDocument, outcome: Outcome, facts: ReportFacts) -> dic
             "change": _change(outcome.change),
             "pre_submodule": pre_submodule,
             "merged": _merged(_merge_culprit(outcome, facts)),
+            "submodules": [
+                {"path": path, "old": old, "new": new} for path, old, new in facts.pypto_submodules
+            ],
         },
         "split": None,
         "simpler": None,
@@ -771,20 +776,23 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     return line + "."
 
 
-def _submodule_lines(moves: Sequence[tuple[str, str | None, str | None]]) -> list[str]:
-    """What a simpler culprit does to simpler's own submodules: the code it brings lies in the
-    commits between the two pointers, which the bisect does not look into."""
+def _submodule_lines(
+    moves: Sequence[tuple[str, str | None, str | None]], whose: str = "simpler"
+) -> list[str]:
+    """What a culprit does to its project's other submodules (simpler's own, or pypto's besides
+    the runtime): the code it brings lies in the commits between the two pointers, which the
+    bisect does not look into."""
     lines = []
     for path, old, new in moves:
         if old is None or new is None:
             done = f"adds `{path}` at `{new[:12]}`" if new else f"removes `{path}`"
-            lines.append(f"It {done}, a submodule of simpler's.")
+            lines.append(f"It {done}, a submodule of {whose}'s.")
         else:
             span = f"{old[:12]}..{new[:12]}"
             lines.append(
-                f"It moves simpler's submodule `{path}` `{old[:12]}` -> `{new[:12]}`: the change "
-                f"lies in that submodule's commits between the two (`git log {span}` in `{path}`), "
-                "which the bisect does not look into."
+                f"It moves {whose}'s submodule `{path}` `{old[:12]}` -> `{new[:12]}`: a change "
+                f"there lies in that submodule's commits between the two (`git log {span}` in "
+                f"`{path}`), which the bisect does not look into."
             )
     return [*lines, ""] if lines else []
 
@@ -864,6 +872,7 @@ def build_markdown(
         merged = _merge_culprit(outcome, facts)
         if merged is not None:
             lines += _merge_block(merged)
+        lines += _submodule_lines(facts.pypto_submodules, "pypto")
         if outcome.change is not None and outcome.change.moved:
             change, where = outcome.change, f"`{inputs.submodule_path}`"
             if change.old is None:

@@ -12,6 +12,7 @@ import contextlib
 import math
 import random
 import tempfile
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +28,7 @@ from runner.findings import gather_facts
 from runner.history import History, Merged, pointer_states
 from runner.ledger import AheadBuild, Attempt, LedgerDocument, Level, SessionInputs
 from runner.report import ReportFacts, build_json, build_markdown
-from runner.sample.histories import Sample, SampleSpec, git, make_sample
+from runner.sample.histories import LIBBACKTRACE_PATH, Sample, SampleSpec, git, make_sample
 from runner.search import Verdict
 from runner.session import (
     DRIFT_RUNS,
@@ -1218,6 +1219,54 @@ def test_untestable_bumps_onto_a_line_merged_later_are_bisected_across_their_com
     assert merge in outcome.simpler.candidates
     assert outcome.exit_code == 0
     assert any("combined move" in note for note in outcome.notes)
+
+
+class BadFrom(SpecTester):
+    """Bad from a given pypto commit on, whatever simpler it runs with."""
+
+    def __init__(self, sample: Sample, bad: Sequence[str]) -> None:
+        super().__init__(sample)
+        self.bad = set(bad)
+
+    def truth(self, pypto, simpler):
+        return Verdict.BAD if pypto in self.bad else Verdict.GOOD
+
+
+def test_a_pypto_culprit_that_moves_another_submodule_says_from_where_to_where(
+    sample_factory, tmp_path
+):
+    sample = sample_factory(SampleSpec(**SMALL, bumps=()))
+    clone = tmp_path / "pypto"
+    git(tmp_path, "clone", "-q", str(sample.pypto), str(clone))
+    old = git(clone, "rev-parse", f"HEAD:{LIBBACKTRACE_PATH}")
+    new = "ab" * 20
+    added = commits_on_top(
+        clone,
+        [
+            ("a note", lambda: None),
+            (
+                "bump libbacktrace",
+                lambda: git(
+                    clone, "update-index", "--cacheinfo", f"160000,{new},{LIBBACKTRACE_PATH}"
+                ),
+            ),
+            ("another note", lambda: None),
+        ],
+    )
+    tester = BadFrom(sample, added[1:])
+    outcome = on_top(sample, clone, tester, added[-1])
+    assert outcome.pypto.first_bad == added[1] and outcome.source == "pypto"
+
+    exporter = SourceExporter(clone, tmp_path / "cache")
+    doc = ledger_of(sample, tester)
+    facts = gather_facts(doc, outcome, History(clone), exporter, tmp_path / "runs", None)
+    data = build_json(doc, outcome, facts)
+    assert data["pypto"]["submodules"] == [{"path": LIBBACKTRACE_PATH, "old": old, "new": new}]
+    markdown = build_markdown(doc, outcome, facts, data)
+    assert (
+        f"It moves pypto's submodule `{LIBBACKTRACE_PATH}` `{old[:12]}` -> `{new[:12]}`: a change "
+        f"there lies in that submodule's commits between the two" in markdown
+    )
 
 
 @pytest.mark.parametrize("regression", [3, 4])
