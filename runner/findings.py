@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -70,6 +70,27 @@ def passed_parent(
     return beside if beside in parents(blamed)[1:] else None
 
 
+def _crossing(
+    history: History,
+    path: str,
+    simpler: History,
+    movers: Sequence[tuple[str, str]],
+    culprit: str,
+) -> str | None:
+    """Which of the commits a pypto merge brings moved the pointer across the simpler culprit:
+    its old pointer holds that commit and its new one does not, or the other way round."""
+
+    def holds(pointer: str | None) -> bool:
+        return pointer is not None and simpler.merge_base(culprit, pointer) == culprit
+
+    for sha, _ in movers:
+        parent = history.parent(sha)
+        old = history.gitlink(parent, path) if parent is not None else None
+        if holds(old) != holds(history.gitlink(sha, path)):
+            return sha
+    return None
+
+
 def gather_facts(
     doc: LedgerDocument,
     outcome: Outcome,
@@ -121,6 +142,7 @@ def gather_facts(
                 merged = sub.merged(blamed, since)
                 # Its branch is simpler's: no --good/--bad of this tool's can bisect it.
                 facts.simpler_merged = None if merged is None else replace(merged, branch=None)
+                facts.crossing_mover = _crossing(history, path, sub, facts.pointer_movers, blamed)
         except (SourceUnavailable, BadInput):
             pass
         good_state = simpler.candidates[simpler.found - 1]

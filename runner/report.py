@@ -63,6 +63,7 @@ class ReportFacts:
     simpler_merged: Merged | None = None  # likewise the simpler culprit (no branch to bisect)
     # The commits a pypto merge culprit brings that moved the runtime pointer themselves.
     pointer_movers: list[tuple[str, str]] = field(default_factory=list)
+    crossing_mover: str | None = None  # the one of them whose move crosses the simpler culprit
     # The submodule pointers of simpler's own that its culprit moves: (path, old, new).
     simpler_submodules: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     # Likewise the pypto culprit's, the runtime's aside (its move is the change's).
@@ -204,15 +205,20 @@ def _merge_block(merged: Merged, removed: bool = False) -> list[str]:
     return [*lines, ""]
 
 
-def _movers_block(merged: Merged, movers: list[tuple[str, str]]) -> list[str]:
+def _movers_block(
+    merged: Merged, movers: list[tuple[str, str]], crossing: str | None = None
+) -> list[str]:
     """A merge culprit whose pointer move carries the regression: which of the commits it
-    brings moved the pointer (the merge's own move is theirs)."""
+    brings moved the pointer (the merge's own move is theirs), and which of them crossed the
+    simpler culprit when the report can tell."""
     listed = ", ".join(f"`{sha[:12]}` {subject}".rstrip() for sha, subject in movers[:3])
     more = f" and {len(movers) - 3} more" if len(movers) > 3 else ""
     lines = [
         f"It is a merge of {counted(len(merged.commits), 'commit')}; the pointer move came in "
         f"with {listed}{more}.",
     ]
+    if crossing is not None and len(movers) > 1:
+        lines[0] += f" Of them, `{crossing[:12]}` moved it across the simpler commit below."
     if merged.branch is not None:
         good, bad = merged.branch
         lines.append(
@@ -888,7 +894,7 @@ def build_markdown(
                 "",
             ]
             if merged is None and facts.merged is not None and facts.pointer_movers:
-                lines += _movers_block(facts.merged, facts.pointer_movers)
+                lines += _movers_block(facts.merged, facts.pointer_movers, facts.crossing_mover)
         if outcome.change is not None and outcome.change.new is None:
             lines += [
                 f"The culprit has no `{inputs.submodule_path}` gitlink (the pre-submodule era): "

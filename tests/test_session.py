@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from runner.cli import _status_data
 from runner.errors import SourceUnavailable
-from runner.findings import gather_facts
+from runner.findings import _crossing, gather_facts
 from runner.history import History, Merged, pointer_states
 from runner.ledger import AheadBuild, Attempt, LedgerDocument, Level, SessionInputs
 from runner.report import ReportFacts, build_json, build_markdown
@@ -1964,6 +1964,19 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
         "side work 22." in markdown.splitlines()
     )
     assert f"`run --good cccccccccccc --bad {brought[0][0][:12]}`" in markdown
+    # Of several, the one whose move crossed the simpler culprit is named.
+    movers = [(sample.pypto_shas[2], "add the runtime"), (sample.pypto_shas[4], "bump")]
+    crossing = _crossing(
+        History(sample.pypto),
+        "runtime",
+        History(sample.runtime_gitdir),
+        movers,
+        sample.simpler_shas[3],
+    )
+    assert crossing == sample.pypto_shas[4]
+    moved = replace(facts, pointer_movers=movers, crossing_mover=crossing)
+    markdown = build_markdown(doc, outcome, moved, build_json(doc, outcome, moved))
+    assert f"Of them, `{crossing[:12]}` moved it across the simpler commit below." in markdown
 
     # A simpler culprit that is a merge is listed with what it brings; its branch is simpler's.
     facts = ReportFacts(simpler_merged=Merged(brought[:2], None))
