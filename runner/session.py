@@ -419,8 +419,9 @@ class Outcome:
     merge_base_index: int = -1  # diverged pointers: where the path turns from backward to forward
     confidence: float = DEFAULT_CONFIDENCE  # the probability a culprit had to reach
     drift: list[str] = field(default_factory=list)  # good commits that failed re-run at the end
-    # Going backward, a merge's line bisected in reverse: its oldest state -> the merge. Passing
-    # from that state to the merge's parent drops the merge, not that state.
+    # Going backward, a merge's line bisected in reverse, down to where it starts on the side of
+    # the merge's parent: that state -> the merge. Passing from it to the parent drops the
+    # merge as a whole, not that state.
     dropped_merges: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -1408,19 +1409,25 @@ class Session:
             f"{counted(len(line), 'commit')} it brings from its other parent were bisected too, "
             f"with pypto at {(anchor or '')[:12]}"
         )
-        if backward:  # dropped newest first: the line walked back to the merge's parent
-            outcome.dropped_merges[line[0]] = merge
-            return [*states[:j], *reversed(line), *states[j:]], merge
+        if backward:
+            # Dropped newest first, down to where the line starts on the parent's side. When the
+            # line's states pass down to there and the parent fails, no commit of the line is to
+            # blame on its own: the merge is (`Outcome.dropped_merges`).
+            base = self.merge_base(line[0], states[j]) if self.merge_base else None
+            tail = [base] if base is not None and base not in (*states, *line) else []
+            if tail:
+                outcome.dropped_merges[tail[0]] = merge
+            return [*states[:j], *reversed(line), *tail, *states[j:]], merge
         return [*states[:j], *line, *states[j:]], merge
 
     @staticmethod
     def _merge_itself(outcome: Outcome, looked_into: str | None) -> None:
         """Say so when the merge whose line was bisected stays the answer."""
         if looked_into is not None and outcome.simpler_culprit == looked_into:
-            if looked_into in outcome.dropped_merges.values():
+            if outcome.direction == "backward":
                 outcome.notes.append(
-                    f"every commit merge {looked_into[:12]} brings passes on its own without the "
-                    "merge: dropping the merge as a whole brought the regression back"
+                    f"no commit merge {looked_into[:12]} brings shows, dropped one by one, where "
+                    "the regression came back: dropping the merge as a whole brought it back"
                 )
                 return
             outcome.notes.append(

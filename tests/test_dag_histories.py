@@ -319,6 +319,16 @@ DROPPED_WITH_MERGE = Plan(
     regression=1,
     fix=10,
 )
+# The same going back to s3 across merge s7, whose line is s6 alone, the fix: the line's one
+# state passes, so dropping it is the answer, not the merge (s2, where the line starts on the
+# other side, fails).
+DROPPED_LINE_OF_ONE = Plan(
+    Graph([(), (0,), (0,), (1, 2), (3,), (4,), (2,), (5, 6), (7,)]),
+    (0, 7, 3),
+    None,
+    regression=2,
+    fix=6,
+)
 # The bump also changes pypto's code, and both halves regress; the regression's own simpler
 # commit does not build.
 BOTH_HALVES_UNBUILDABLE = Plan(line(5), (0, 2, 2), 1, 1, None, frozenset({1}))
@@ -333,6 +343,7 @@ DROPPED_ACROSS_UNBUILDABLE = Plan(line(5), (0, 3, 1, 1), None, 1, 3, frozenset({
 @example(plan=BOTH_HALVES_UNBUILDABLE)
 @example(plan=DROPPED_ACROSS_UNBUILDABLE)
 @example(plan=DROPPED_WITH_MERGE)
+@example(plan=DROPPED_LINE_OF_ONE)
 @example(plan=replace(DROPPED_WITH_MERGE, repeat=1))
 @example(plan=Plan(line(10), (0, 9, 1), None, regression=1, fix=9, lanes=2))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
