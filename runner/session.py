@@ -1406,8 +1406,9 @@ class Session:
         outcome.notes.append(
             f"the simpler states put the regression at {'the removal of ' if backward else ''}"
             f"merge {merge[:12]}{f' ({subject})' if subject else ''}; the "
-            f"{counted(len(line), 'commit')} it brings from its other parent were bisected too, "
-            f"with pypto at {(anchor or '')[:12]}"
+            f"{counted(len(line), 'commit')} it brings from its other parent "
+            f"{'was' if len(line) == 1 else 'were'} bisected too, with pypto at "
+            f"{(anchor or '')[:12]}"
         )
         if backward:
             # Dropped newest first, down to where the line starts on the parent's side. When the
@@ -1482,13 +1483,16 @@ class Session:
         if self.merged_line is None or not 0 < j < len(states):
             return None
         key = (states[j], states[j - 1])
+        held = states[0]  # what the move keeps: not brought by it, whatever a merge says
         if outcome._backward_step(j):
             if outcome.direction != "backward":
                 return None
-            key = (states[j - 1], states[j])
+            key, held = (states[j - 1], states[j]), states[-1]
         if key not in self._lines:
             self._lines[key] = self.merged_line(*key)
         line = self._lines[key]
+        if self.merge_base is not None:  # (a merge on a line: reached from a line state)
+            line = [commit for commit in line if not self._holds(held, commit)]
         if not line or not set(states).isdisjoint(line):
             return None
         return line

@@ -305,6 +305,15 @@ NESTED_MERGE = Plan(
     regression=2,
     fix=None,
 )
+# Merge s7 brings s4 and merge s6 (onto s4, first parent) of s1 s2 s5; s2 is on the path
+# already: s6's line is s5 alone (s5 did it), not one that repeats s1 and s2.
+NESTED_MERGE_OVERLAP = Plan(
+    Graph([(), (0,), (1,), (2,), (0,), (2,), (4, 5), (3, 6), (7,)]),
+    (2, 8),
+    None,
+    regression=5,
+    fix=None,
+)
 # s2, on the first parents between s0 and merge s4, does not build; the regression (s1) comes
 # with the merge's other side: a range naming the merge.
 BROKEN_BEFORE_MERGE = Plan(
@@ -339,6 +348,7 @@ DROPPED_ACROSS_UNBUILDABLE = Plan(line(5), (0, 3, 1, 1), None, 1, 3, frozenset({
 
 @example(plan=UNDONE_INSIDE)
 @example(plan=NESTED_MERGE)
+@example(plan=NESTED_MERGE_OVERLAP)
 @example(plan=BROKEN_BEFORE_MERGE)
 @example(plan=BOTH_HALVES_UNBUILDABLE)
 @example(plan=DROPPED_ACROSS_UNBUILDABLE)
