@@ -1092,7 +1092,7 @@ def cache_ls(
         built_with = "".join(f" (with {p} {sha[:12]})" for p, sha in row["inputs"].items())
         OUT.print(
             f"{row['package']:8} {row['commit'][:12]} {state} {row['size'] / 1e6:8.2f} MB "
-            f"{row['last_used'][:19]} builder {builder:12} {row['reason']}{built_with}"
+            f"used {row['last_used'][:19]} builder {builder:12} {row['reason']}{built_with}"
         )
     size = sum(r["size"] for r in rows) / 1e6
     OUT.print(f"{counted(len(rows), 'entry', 'entries')}, {size:.2f} MB in {cache.root}")

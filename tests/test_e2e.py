@@ -605,6 +605,7 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert all(entry["builder"].startswith("sha256:") for entry in cached)
     shown = cli("cache", "ls", "--cache-dir", str(shared_cache)).stdout
     assert f"builder {cached[0]['builder'][7:19]}" in shown
+    assert f"MB used {cached[0]['last_used'][:19]} builder" in shown  # a last use, not a build
 
     status = cli("status", "--workdir", str(workdir), "--json")
     assert status.returncode == 0, status.stderr
