@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -71,22 +71,17 @@ def passed_parent(
 
 
 def _crossing(
-    history: History,
-    path: str,
-    simpler: History,
-    movers: Sequence[tuple[str, str]],
-    culprit: str,
+    simpler: History, moves: Mapping[str, tuple[str | None, str | None]], culprit: str
 ) -> str | None:
-    """Which of the commits a pypto merge brings moved the pointer across the simpler culprit:
-    its old pointer holds that commit and its new one does not, or the other way round."""
+    """Which of the commits a pypto merge brings moved the pointer across the simpler culprit
+    (`moves`: each one's old and new pointer): its old pointer holds that commit and its new
+    one does not, or the other way round."""
 
     def holds(pointer: str | None) -> bool:
-        return pointer is not None and simpler.merge_base(culprit, pointer) == culprit
+        return pointer is not None and simpler.holds(pointer, culprit)
 
-    for sha, _ in movers:
-        parent = history.parent(sha)
-        old = history.gitlink(parent, path) if parent is not None else None
-        if holds(old) != holds(history.gitlink(sha, path)):
+    for sha, (old, new) in moves.items():
+        if holds(old) != holds(new):
             return sha
     return None
 
@@ -114,14 +109,17 @@ def gather_facts(
     if culprit is not None:
         moves = history.submodule_moves(culprit)
         facts.pypto_submodules = [move for move in moves if move[0] != path]
+    moves: dict[str, tuple[str | None, str | None]] = {}  # each pointer mover's old and new
     if facts.merged is not None and outcome.source == "simpler":
         # Which of the commits a merge culprit brings moved the runtime pointer themselves: the
         # report lists them when that move carries the regression (else what the merge brings).
         for sha, subject in facts.merged.commits[:MOVERS_LOOKED_AT]:
             parent = history.parent(sha)
             before = history.gitlink(parent, path) if parent is not None else None
-            if history.gitlink(sha, path) != before:
+            after = history.gitlink(sha, path)
+            if after != before:
                 facts.pointer_movers.append((sha, subject))
+                moves[sha] = (before, after)
     good_run = bad_run = None
     if outcome.pypto.found is not None:
         good_run = _last_good_run(doc, outcome.pypto, history, path)
@@ -142,7 +140,7 @@ def gather_facts(
                 merged = sub.merged(blamed, since)
                 # Its branch is simpler's: no --good/--bad of this tool's can bisect it.
                 facts.simpler_merged = None if merged is None else replace(merged, branch=None)
-                facts.crossing_mover = _crossing(history, path, sub, facts.pointer_movers, blamed)
+                facts.crossing_mover = _crossing(sub, moves, blamed)
         except (SourceUnavailable, BadInput):
             pass
         good_state = simpler.candidates[simpler.found - 1]

@@ -190,8 +190,8 @@ class History:
         good_sha, bad_sha = self.resolve(good), self.resolve(bad)
         if good_sha == bad_sha:
             raise BadInput(f"good {good!r} and bad {bad!r} are the same commit {good_sha[:12]}")
-        if not self._git.succeeds("merge-base", "--is-ancestor", good_sha, bad_sha):
-            if self._git.succeeds("merge-base", "--is-ancestor", bad_sha, good_sha):
+        if not self.holds(bad_sha, good_sha):
+            if self.holds(good_sha, bad_sha):
                 raise BadInput(f"good {good!r} is newer than bad {bad!r}: swap them")
             raise BadInput(
                 f"good {good!r} is not an ancestor of bad {bad!r}{self._shallow()}: pick a good "
@@ -409,8 +409,8 @@ class History:
             if via in parents:
                 other = parents[1] if via == parents[0] else parents[0]
             else:
-                beyond = [p for p in parents if not self._holds(via, p)]
-                if len(beyond) != 1 or not self._holds(merge, via):
+                beyond = [p for p in parents if not self.holds(via, p)]
+                if len(beyond) != 1 or not self.holds(merge, via):
                     return []
                 other = beyond[0]
             line = self._git.output("rev-list", "--reverse", "--first-parent", other, "--not", via)
@@ -418,7 +418,8 @@ class History:
             return []
         return line.split()
 
-    def _holds(self, commit: str, ancestor: str) -> bool:
+    def holds(self, commit: str, ancestor: str) -> bool:
+        """Whether `ancestor` is in the history of `commit` (the commit itself included)."""
         return self._git.succeeds("merge-base", "--is-ancestor", ancestor, commit)
 
     def merge_base(self, one: str, other: str) -> str | None:

@@ -1966,13 +1966,12 @@ def test_a_merge_culprit_is_listed_with_the_commits_it_brings_and_its_branch(sam
     assert f"`run --good cccccccccccc --bad {brought[0][0][:12]}`" in markdown
     # Of several, the one whose move crossed the simpler culprit is named.
     movers = [(sample.pypto_shas[2], "add the runtime"), (sample.pypto_shas[4], "bump")]
-    crossing = _crossing(
-        History(sample.pypto),
-        "runtime",
-        History(sample.runtime_gitdir),
-        movers,
-        sample.simpler_shas[3],
-    )
+    pypto = History(sample.pypto)
+    moves = {
+        sha: (pypto.gitlink(pypto.parent(sha), "runtime"), pypto.gitlink(sha, "runtime"))
+        for sha, _ in movers
+    }
+    crossing = _crossing(History(sample.runtime_gitdir), moves, sample.simpler_shas[3])
     assert crossing == sample.pypto_shas[4]
     moved = replace(facts, pointer_movers=movers, crossing_mover=crossing)
     markdown = build_markdown(doc, outcome, moved, build_json(doc, outcome, moved))
