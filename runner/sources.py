@@ -245,8 +245,8 @@ class SourceExporter:
 
     def _commit_date(self, repo: _Repo, sha: str) -> datetime:
         """The committer date: what build tools are picked by, and the builds' SOURCE_DATE_EPOCH."""
-        shown = self._mirror_git(repo, "show", "-s", "--format=%cI", sha)
-        return datetime.fromisoformat(checked(shown, f"reading {sha[:12]}").decode().strip())
+        shown = self._mirror_git(repo, "cat-file", "commit", sha)
+        return _committed(checked(shown, f"reading {sha[:12]}"), sha)
 
     def check(
         self,
