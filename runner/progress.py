@@ -41,6 +41,7 @@ class ConsoleProgress:
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
         self.subject = ""
+        self.check = ""
         self.level: Level = "pypto"
         self.done = 0
         self.left = 0
@@ -79,15 +80,25 @@ class ConsoleProgress:
 
     def level_started(self, level: Level, count: int, note: str) -> None:
         self.level, self.done, self.left = level, 0, 1
-        self.commit, self.simpler, self.subject = "", None, ""
+        self.commit, self.simpler, self.subject, self.check = "", None, "", ""
         self.phase("starting")
         self._print(f"[bold]{level} level[/bold]: {counted(count, 'candidate')} ({note})")
 
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
+        self,
+        level: Level,
+        done: int,
+        left: int,
+        pypto: str,
+        simpler: str | None,
+        subject: str,
+        check: str = "",
     ) -> None:
+        """`check`: what a test of an endpoint checks ("check of the known-good end"), shown
+        beside the step count, since such a test narrows nothing."""
         self.level, self.done, self.left = level, done, left
         self.commit, self.simpler, self.subject = pypto, simpler, subject
+        self.check = check
         self.phase("prepare")
 
     def ahead(self, count: int) -> None:
@@ -140,9 +151,11 @@ class _Status:
             line = f"{p.level} level · {p.phase_name} {elapsed:.0f}s"
             return Text(line, style="cyan", no_wrap=True, overflow="ellipsis")
         guessing = f" · {counted(p.guessing, 'pair')} built ahead" if p.guessing else ""
+        check = f" ({p.check})" if p.check else ""
         # Most important first: a narrow terminal crops the end of the line.
         return Text(
-            f"{p.level} step {p.done + 1}/~{p.done + max(p.left, 1)} · {p.commit[:12]}{simpler}"
+            f"{p.level} step {p.done + 1}/~{p.done + max(p.left, 1)}{check} · "
+            f"{p.commit[:12]}{simpler}"
             f" · {p.phase_name} {elapsed:.0f}s{guessing} · {subject}",
             style="cyan",
             no_wrap=True,

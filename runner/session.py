@@ -105,7 +105,14 @@ class Request:
 class Events(Protocol):
     def level_started(self, level: Level, count: int, note: str) -> None: ...
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
+        self,
+        level: Level,
+        done: int,
+        left: int,
+        pypto: str,
+        simpler: str | None,
+        subject: str,
+        check: str = "",
     ) -> None: ...
     def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None: ...
     def note(self, text: str) -> None: ...
@@ -117,7 +124,14 @@ class QuietEvents:
         pass
 
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
+        self,
+        level: Level,
+        done: int,
+        left: int,
+        pypto: str,
+        simpler: str | None,
+        subject: str,
+        check: str = "",
     ) -> None:
         pass
 
@@ -620,6 +634,15 @@ class Session:
         ends = (0, len(result.candidates) - 1)
         return sum(1 for i in ends if not result.observations.get(i))
 
+    def _check(self, result: LevelResult, index: int) -> str:
+        """What a first-level test of an end checks, for the progress line: the known-good
+        end's first run is the endpoint check, later ones re-test it (flakiness, drift)."""
+        if result.level != "pypto" or index not in (0, len(result.candidates) - 1):
+            return ""
+        end = "good" if index == 0 else "bad"
+        again = bool(result.observations.get(index))
+        return f"{'re-test of the' if again else 'check of the'} known-{end} end"
+
     def _step(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int
     ) -> Attempt:
@@ -642,6 +665,7 @@ class Session:
                 pypto,
                 simpler,
                 self.subject(pypto, simpler, result.level),
+                self._check(result, index),
             )
             requests.append(Request(result.level, pypto, simpler))
         attempts = self._run_round(requests)

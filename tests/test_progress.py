@@ -95,3 +95,18 @@ def test_a_level_of_one_candidate_says_candidate() -> None:
     lines = out.getvalue().splitlines()
     assert "simpler level: 1 candidate (simpler states forward)" in lines
     assert "pypto level: 12 candidates (pypto first-parent commits)" in lines
+
+
+def test_an_endpoint_check_says_what_it_checks_beside_the_step_count() -> None:
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=0.2) as progress:
+        progress.step_started(
+            "pypto", 0, 8, "fcd0203f9ff66ce0", None, "a subject", "check of the known-good end"
+        )
+        progress.phase("run")
+        time.sleep(0.3)
+        progress.step_started("pypto", 2, 6, "0123456789abcdef", None, "another")
+        time.sleep(0.3)
+    beats = _beats(out.getvalue())
+    assert "pypto step 1/~8 (check of the known-good end) · fcd0203f9ff6 · run" in beats[0]
+    assert "pypto step 3/~8 · 0123456789ab" in beats[-1], beats

@@ -1049,11 +1049,20 @@ def test_a_descent_whose_runs_move_the_boundary_to_a_plain_commit_says_it_looked
 class Steps(QuietEvents):
     def __init__(self) -> None:
         self.totals: list[tuple[Level, int]] = []
+        self.checks: list[str] = []
 
     def step_started(
-        self, level: Level, done: int, left: int, pypto: str, simpler: str | None, subject: str
+        self,
+        level: Level,
+        done: int,
+        left: int,
+        pypto: str,
+        simpler: str | None,
+        subject: str,
+        check: str = "",
     ) -> None:
         self.totals.append((level, done + left))
+        self.checks.append(check)
 
 
 def test_the_step_estimate_counts_the_endpoint_checks_and_the_boundary_from_the_first_step(
@@ -1072,6 +1081,10 @@ def test_the_step_estimate_counts_the_endpoint_checks_and_the_boundary_from_the_
     assert pypto[:3] == [pypto[0]] * 3, pypto
     assert len(tester.tested) in (pypto[0], pypto[-1]), pypto
     assert max(pypto) - min(pypto) <= 1, pypto
+    # The endpoint checks say so; the steps that narrow the range and the boundary's re-runs
+    # say nothing, and a re-test of an end (the drift check) says it is one.
+    assert events.checks[:2] == ["check of the known-good end", "check of the known-bad end"]
+    assert all("known-" not in c or c.startswith("re-test") for c in events.checks[2:])
 
 
 def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_factory):
