@@ -204,11 +204,26 @@ class History:
                     f"good {good!r} is not on the first-parent chain of bad {bad!r} as far as "
                     f"this checkout goes{self._shallow()}"
                 )
+            merge = self._merged_by(good_sha, bad_sha)
             raise BadInput(
                 f"good {good!r} is an ancestor of bad {bad!r} but not on its first-parent chain "
-                f"(it came in through a merge): pick one from `git log --first-parent {bad}`"
+                f"(it came in with merge {merge[:12]}): pick one from `git log --first-parent "
+                f"{bad}`, the merge itself if it is good, else one before it"
             )
         return chain[::-1]
+
+    def _merged_by(self, commit: str, tip: str) -> str:
+        """The first commit of `tip`'s first-parent chain that holds `commit` (an ancestor of
+        `tip` off that chain): the merge that brought it in."""
+        chain = self._git.output("rev-list", "--first-parent", tip).split()
+        lo, hi = 0, len(chain) - 1  # chain[hi] may not hold it; chain[0] (tip) does
+        while lo < hi:  # the chain holds `commit` from its merge up to the tip
+            mid = (lo + hi + 1) // 2
+            if self.holds(chain[mid], commit):
+                lo = mid
+            else:
+                hi = mid - 1
+        return chain[lo]
 
     def _shallow(self) -> str:
         """What to say of a shallow checkout, whose cut history can hide how commits relate."""

@@ -313,6 +313,7 @@ def test_a_good_commit_merged_in_from_a_side_branch_is_refused(merged):
     with pytest.raises(BadInput, match="not on its first-parent chain") as caught:
         History(merged.repo).first_parent_range(merged.side[:12], "main")
     assert merged.side[:12] in str(caught.value)
+    assert f"it came in with merge {merged.merge[:12]}" in str(caught.value)
 
 
 # --- gitlinks and what each commit changed ----------------------------------------------------
