@@ -26,7 +26,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +38,7 @@ from docker.models.images import Image
 from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -268,6 +269,21 @@ class ImageTraits:
         found.append(f"linux_{arch}")
         return found
 
+    def wheel_tags(self) -> frozenset[Tag] | None:
+        """The wheel tags `pip_target_args` lets pip take for this image; None where it leaves
+        the choice to pip (an interpreter other than CPython)."""
+        if self.implementation != "cpython":
+            return None
+        try:
+            version = tuple(int(part) for part in self.python.split(".")[:2])
+        except ValueError:
+            return None
+        interpreter = f"cp{''.join(str(part) for part in version)}"
+        platforms = self.platforms()
+        found = set(cpython_tags(version, abis=[interpreter], platforms=platforms))
+        found.update(compatible_tags(version, interpreter=interpreter, platforms=platforms))
+        return frozenset(found)
+
     def markers(self) -> dict[str, str]:
         """PEP 508 marker values of the image's Python, for requirements like `tomli; ...`."""
         return {
@@ -349,7 +365,15 @@ def probe_image(
 class Release:
     version: Version
     uploaded: datetime | None  # None where the index does not say (local mirrors often don't)
-    has_wheel: bool
+    wheel_tags: frozenset[Tag]  # what its wheels are built for; empty: sdists only
+
+    @property
+    def has_wheel(self) -> bool:
+        return bool(self.wheel_tags)
+
+    def fits(self, tags: Collection[Tag] | None) -> bool:
+        """Whether a wheel of it installs where `tags` are supported (None: anywhere)."""
+        return self.has_wheel if tags is None else not self.wheel_tags.isdisjoint(tags)
 
 
 class _Anchors(html.parser.HTMLParser):
@@ -365,16 +389,16 @@ class _Anchors(html.parser.HTMLParser):
                 self.hrefs.append((href, "data-yanked" in values))
 
 
-def _version_of(filename: str, name: str) -> tuple[Version, bool] | None:
-    """(version, is_wheel) of a distribution file of project `name`; None for anything else."""
+def _version_of(filename: str, name: str) -> tuple[Version, frozenset[Tag]] | None:
+    """(version, wheel tags) of a distribution file of project `name` (no tags: an sdist); None
+    for anything else."""
     filename = urllib.parse.unquote(filename.split("#", 1)[0].rsplit("/", 1)[-1])
     try:
         if filename.endswith(".whl"):
-            project, version, _, _ = parse_wheel_filename(filename)
-            wheel = True
+            project, version, _, wheel = parse_wheel_filename(filename)
         else:
             project, version = parse_sdist_filename(filename)
-            wheel = False
+            wheel = frozenset()
     except (InvalidWheelFilename, InvalidSdistFilename, ValueError):
         return None
     if project != canonicalize_name(name):
@@ -436,13 +460,13 @@ class PackageSources:
     def _gather(self, name: str) -> list[Release]:
         found: dict[Version, Release] = {}
 
-        def add(version: Version, uploaded: datetime | None, wheel: bool) -> None:
+        def add(version: Version, uploaded: datetime | None, wheel: frozenset[Tag]) -> None:
             old = found.get(version)
             if old is None:
                 found[version] = Release(version, uploaded, wheel)
                 return
             times = [t for t in (old.uploaded, uploaded) if t is not None]
-            found[version] = Release(version, min(times) if times else None, old.has_wheel or wheel)
+            found[version] = Release(version, min(times) if times else None, old.wheel_tags | wheel)
 
         for index in self.indexes:
             for version, uploaded, wheel in self._from_index(index, name):
@@ -452,7 +476,9 @@ class PackageSources:
                 add(version, None, wheel)
         return sorted(found.values(), key=lambda r: r.version)
 
-    def _from_index(self, index: str, name: str) -> list[tuple[Version, datetime | None, bool]]:
+    def _from_index(
+        self, index: str, name: str
+    ) -> list[tuple[Version, datetime | None, frozenset[Tag]]]:
         url = index.rstrip("/") + f"/{name}/"
         try:
             content_type, body = self._fetch(url)
@@ -464,7 +490,7 @@ class PackageSources:
             # pip would skip it too; but "no wheel" would then be the wrong diagnosis
             self.unreachable[index] = str(getattr(exc, "reason", exc))
             return []
-        found: list[tuple[Version, datetime | None, bool]] = []
+        found: list[tuple[Version, datetime | None, frozenset[Tag]]] = []
         if "json" in content_type:
             with contextlib.suppress(ValueError):
                 data = json.loads(body)
@@ -484,7 +510,7 @@ class PackageSources:
                 found.append((parsed[0], None, parsed[1]))
         return found
 
-    def _from_links(self, link: str, name: str) -> list[tuple[Version, bool]]:
+    def _from_links(self, link: str, name: str) -> list[tuple[Version, frozenset[Tag]]]:
         path = Path(urllib.parse.urlparse(link).path if link.startswith("file:") else link)
         if not path.is_dir():
             return []
@@ -573,12 +599,16 @@ def resolve(
     by_date: bool = True,
     extras: Iterable[str] = (),
     markers: Mapping[str, str] | None = None,
+    tags: Collection[Tag] | None = None,
 ) -> Resolution:
     """Pick a version for each build requirement as of `when`.
 
     A user's pin wins. Otherwise the newest release uploaded by the commit's date; when every
     satisfying release is newer than the commit (synthetic or rewritten dates), the oldest of
     them, which is the closest in time. Without upload times pip's usual newest is left to pip.
+    `tags`: the wheel tags the image's Python takes (`ImageTraits.wheel_tags`); only releases
+    with such a wheel are picked, as pip would only install those (an old release of a tool may
+    have wheels for older Pythons alone).
     """
     pinned: dict[str, str] = {}
     notes: list[str] = []
@@ -603,7 +633,7 @@ def resolve(
             chosen.append(pinned.pop(name))
             notes.append(f"{name}: pinned by build_pins")
             continue
-        chosen.append(_choose(requirement, when, sources, by_date, where, notes))
+        chosen.append(_choose(requirement, when, sources, by_date, where, notes, tags))
     for text in list(chosen):
         requirement = Requirement(text)
         hook = _HOOK_REQUIRES.get(canonicalize_name(requirement.name))
@@ -615,7 +645,7 @@ def resolve(
         if needed in pinned:
             chosen.append(pinned.pop(needed))
         else:
-            chosen.append(_choose(Requirement(needed), when, sources, by_date, where, notes))
+            chosen.append(_choose(Requirement(needed), when, sources, by_date, where, notes, tags))
     for name, text in sorted(pinned.items()):
         chosen.append(text)
         notes.append(f"{name}: added by build_pins")
@@ -662,14 +692,24 @@ def _choose(
     by_date: bool,
     where: str,
     notes: list[str],
+    tags: Collection[Tag] | None = None,
 ) -> str:
     name = canonicalize_name(requirement.name)
     prereleases = bool(requirement.specifier.prereleases)
-    releases = [
+    satisfying = [
         r
         for r in sources.releases(name)
         if r.has_wheel and requirement.specifier.contains(r.version, prereleases=prereleases)
     ]
+    releases = [r for r in satisfying if r.fits(tags)]
+    if satisfying and not releases:  # wheels, but none the image's Python takes
+        raise BadInput(
+            f"{where}: no release of {name} that satisfies the build requirement "
+            f"{str(requirement)!r} has a wheel for the base image's Python (newest: "
+            f"{satisfying[-1].version}, whose wheels are for "
+            f"{', '.join(sorted(map(str, satisfying[-1].wheel_tags))[:3])}); pin another "
+            "version with build_pins (--build-pin)"
+        )
     if not releases:
         where_from = (
             f"the wheelhouse {sources.wheelhouse}" if sources.wheelhouse else "the package index"
@@ -852,6 +892,7 @@ class Provisioner:
             by_date=self.by_date,
             extras=extras,
             markers=self.traits.markers(),
+            tags=self.traits.wheel_tags(),
         )
 
     def builder(self, resolution: Resolution, where: str) -> Builder:

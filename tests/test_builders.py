@@ -25,10 +25,12 @@ from pathlib import Path
 import docker
 import pytest
 from packaging.specifiers import SpecifierSet
+from packaging.tags import Tag
 from packaging.version import Version
 
 from runner.builders import (
     LEGACY_REQUIRES,
+    ImageTraits,
     PackageSources,
     Provisioner,
     Resolution,
@@ -220,6 +222,72 @@ def test_a_commit_older_than_every_satisfying_release_gets_the_oldest(index: Ind
     )
     assert chosen.pins == (OLD,)
     assert "oldest satisfying" in chosen.notes[0]
+
+
+def _traits(python: str = "3.11", machine: str = "x86_64") -> ImageTraits:
+    return ImageTraits(
+        python=python,
+        implementation="cpython",
+        abi=f"cp{python.replace('.', '')}",
+        machine=machine,
+        glibc="2.36",
+        tools=frozenset(),
+        has_pip=True,
+    )
+
+
+def test_the_images_wheel_tags_are_what_pip_takes_for_its_python_and_platform() -> None:
+    tags = _traits().wheel_tags()
+    assert tags is not None
+    assert Tag("py3", "none", "any") in tags and Tag("py2.py3", "none", "any") not in tags
+    assert Tag("cp311", "cp311", "manylinux_2_17_x86_64") in tags
+    assert Tag("py3", "none", "manylinux1_x86_64") in tags
+    assert Tag("cp310", "cp310", "manylinux_2_17_x86_64") not in tags
+    assert Tag("cp311", "cp311", "manylinux_2_17_aarch64") not in tags
+    assert Tag("cp311", "cp311", "manylinux_2_39_x86_64") not in tags  # newer than its glibc
+
+
+def test_only_releases_with_a_wheel_for_the_images_python_are_picked(tmp_path: Path) -> None:
+    """An old release of a tool may have wheels for old Pythons alone: pip in the image would
+    find nothing to install, so the run stopped. The oldest release that fits is picked for a
+    commit older than all of them, and the newest that fits by a commit's date."""
+    uploaded = {
+        "ninja-1.7.2-cp27-cp27mu-manylinux1_x86_64.whl": "2017-01-01T00:00:00Z",
+        "ninja-1.7.2-cp35-cp35m-manylinux1_x86_64.whl": "2017-01-01T00:00:00Z",
+        "ninja-1.8.2-py2.py3-none-manylinux1_x86_64.whl": "2017-11-01T00:00:00Z",
+        "ninja-1.9.0-cp36-cp36m-manylinux1_x86_64.whl": "2019-01-01T00:00:00Z",
+        "ninja-1.11.1-py2.py3-none-manylinux_2_12_x86_64.manylinux2010_x86_64.whl": (
+            "2022-08-01T00:00:00Z"
+        ),
+    }
+    for name in uploaded:
+        (tmp_path / name).write_bytes(b"")
+    server = Index(tmp_path, uploaded)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        sources = PackageSources(pip_config={"index-url": server.url})
+        tags = _traits().wheel_tags()
+
+        def pick(day: str, traits_tags: object = tags) -> str:
+            chosen = resolve(
+                ["ninja"], where="x", when=when(day), sources=sources, tags=traits_tags
+            )
+            return chosen.pins[0]
+
+        assert pick("1975-01-01") == "ninja==1.8.2"
+        assert pick("2017-06-01") == "ninja==1.8.2"
+        assert pick("2020-01-01") == "ninja==1.8.2"  # 1.9.0 has a cp36 wheel only
+        assert pick("2023-01-01") == "ninja==1.11.1"
+        assert pick("1975-01-01", None) == "ninja==1.7.2"  # without tags: any wheel will do
+        with pytest.raises(BadInput) as raised:
+            pick("2023-01-01", _traits(machine="aarch64").wheel_tags())
+        message = str(raised.value)
+        assert "no release of ninja that satisfies the build requirement 'ninja'" in message
+        assert "has a wheel for the base image's Python" in message and "1.11.1" in message
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_pins_from_the_config_win_for_their_package_and_dates(wheelhouse: Path) -> None:
