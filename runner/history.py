@@ -416,7 +416,9 @@ class History:
 
         ``via`` is one of the merge's parents, or an earlier commit the search reached it from
         (the merge was itself on a line another merge brings): then the other parent is the one
-        ``via`` does not hold, and its line starts after what ``via`` holds."""
+        ``via`` does not hold, and its line starts after what ``via`` holds. That commit need
+        not be the merge's ancestor: a line's first commit is reached from the outer merge's
+        first parent, which only shares the line's base."""
         try:
             parents = self.parents(merge)
             if len(parents) != 2:
@@ -425,7 +427,7 @@ class History:
                 other = parents[1] if via == parents[0] else parents[0]
             else:
                 beyond = [p for p in parents if not self.holds(via, p)]
-                if len(beyond) != 1 or not self.holds(merge, via):
+                if len(beyond) != 1:
                     return []
                 other = beyond[0]
             line = self._git.output("rev-list", "--reverse", "--first-parent", other, "--not", via)

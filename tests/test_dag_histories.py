@@ -345,7 +345,18 @@ BOTH_HALVES_UNBUILDABLE = Plan(line(5), (0, 2, 2), 1, 1, None, frozenset({1}))
 # s3 or s2 is the commit whose removal brought it back.
 DROPPED_ACROSS_UNBUILDABLE = Plan(line(5), (0, 3, 1, 1), None, 1, 3, frozenset({2}))
 
+# Merge s11 brings s10, itself a merge (onto s0) of s1..s8: s10 is reached from s9, s11's first
+# parent, which is not its ancestor, and its line is bisected all the same.
+NESTED_MERGE_OFF_THE_PATH = Plan(
+    Graph([(), (0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,), (0,), (0, 8), (9, 10), (8,)]),
+    (0, 11),
+    None,
+    regression=1,
+    fix=None,
+)
 
+
+@example(plan=NESTED_MERGE_OFF_THE_PATH)
 @example(plan=UNDONE_INSIDE)
 @example(plan=NESTED_MERGE)
 @example(plan=NESTED_MERGE_OVERLAP)
