@@ -204,7 +204,7 @@ class DockerTester:
                     "in between has one"
                 )
         if self.toolchains is not None:
-            self.toolchains.plan(commits, gitlinks, skip=self.skip)
+            self.toolchains.plan(commits, gitlinks, skip=self.skip, warn=self.warn)
 
     def exportable_again(self, skips: Sequence[Attempt]) -> list[str]:
         """The run ids of skips for missing sources whose pair the checkout can export now."""

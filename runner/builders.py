@@ -716,11 +716,19 @@ def _choose(
         )
         known = [r.version for r in sources.releases(name) if r.has_wheel]
         if known:  # found, but no release satisfies it: no index is to blame
-            raise BadInput(
-                f"{where}: no release of {name} in {where_from} satisfies the build requirement "
-                f"{str(requirement)!r} (newest there: {max(known)}); pin another version with "
-                "build_pins (--build-pin)"
+            detail = (
+                f"no release of {name} in {where_from} satisfies the build requirement "
+                f"{str(requirement)!r} (newest there: {max(known)})"
             )
+            if sources.wheelhouse is None and not sources.unreachable:
+                # The index has the project and answered: the commit asks for what does not
+                # exist, so it cannot be built as it is (a skip between the range's ends).
+                raise UnbuildableCommit(
+                    f"{where}: {detail}; pin another version with build_pins (--build-pin)",
+                    where.split()[0],
+                    detail,
+                )
+            raise BadInput(f"{where}: {detail}; pin another version with build_pins (--build-pin)")
         if sources.unreachable and not sources.wheelhouse:
             index, why = next(iter(sources.unreachable.items()))
             raise BadInput(

@@ -259,7 +259,7 @@ def prepare_builders(
         submodule_path=settings.submodule_path,
     )
     gitlinks = history.gitlinks(chain, settings.submodule_path)
-    return toolchains.plan(chain, gitlinks, build=True, every=True)
+    return toolchains.plan(chain, gitlinks, build=True, every=True, warn=echo)
 
 
 def _check_submodule_path(

@@ -79,12 +79,16 @@ class Toolchains:
         build: bool = False,
         every: bool = False,
         skip: Collection[str] = (),
+        warn: Callable[[str], None] | None = None,
     ) -> list[Planned]:
         """Resolve (and download, or build) the tools of a first-parent range ahead of time.
 
         Covered: the endpoints and every commit that edits pyproject.toml, and the simpler
-        commits pinned anywhere in `gitlinks`. A requirement nothing satisfies then stops the
-        run with one line naming the commit before the first bisect step. `every` (`builder
+        commits pinned anywhere in `gitlinks`. At an end, a build configuration nothing can
+        build (not TOML, a requirement no release on the index satisfies) stops the run with one
+        line naming the commit before the first bisect step; between the ends such a commit's
+        tests are skips, and `warn` says so now. Tools a wheelhouse or an index that did not
+        answer lacks stop the run wherever they are asked for. `every` (`builder
         prepare`): every pypto commit of the range and every simpler commit inside its bumps,
         since tools picked by date change with the commit's date, not only with its pyproject.
         Commits in `skip` (the user's `--skip`) are never built, so their tools are not needed.
@@ -113,10 +117,15 @@ class Toolchains:
                 continue
             try:
                 resolution = self.resolution(package, commit, at)
-            except UnbuildableCommit:
+            except UnbuildableCommit as exc:
                 if commit in ends:
                     raise  # nothing to bisect from: say so before the first step
-                continue  # a commit in between: its test is a skip
+                if warn is not None:  # a commit in between: its test is a skip
+                    warn(
+                        f"{exc.package} {commit[:12]} cannot be built ({exc.detail}): its tests "
+                        "are skips"
+                    )
+                continue
             except BadInput as exc:  # e.g. a requirement no release satisfies
                 raise skippable(exc, commit, ends) from None
             where = f"{package} {commit[:12]}"

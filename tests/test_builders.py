@@ -11,13 +11,11 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
-import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -53,6 +51,7 @@ from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.wheels import BuildSettings, WheelCache, build_wheel
 from tests.fixtures.cli import cli, run_args
+from tests.fixtures.index import Index, serving
 from tests.fixtures.samples import SMALL
 
 OLD = "scikit-build-core==0.10.7"
@@ -68,67 +67,15 @@ def when(day: str) -> datetime:
     return datetime.fromisoformat(f"{day}T12:00:00+00:00")
 
 
-class Index(http.server.ThreadingHTTPServer):
-    """A PEP 691 simple index over a wheelhouse, on loopback, with PEP 700 upload times."""
-
-    def __init__(self, wheelhouse: Path, times: dict[str, str]) -> None:
-        self.wheelhouse, self.times = wheelhouse, times
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/simple"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: Index
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        parts = [p for p in self.path.split("/") if p]
-        if len(parts) == 3 and parts[0] == "files":
-            data = (self.server.wheelhouse / parts[2]).read_bytes()
-            self._send("application/octet-stream", data)
-            return
-        name = parts[-1].replace("-", "_").lower()
-        files = [
-            {
-                "filename": wheel.name,
-                "url": f"/files/x/{wheel.name}",
-                "hashes": {},
-                "upload-time": self.server.times.get(wheel.name, "2023-06-01T00:00:00Z"),
-            }
-            for wheel in sorted(self.server.wheelhouse.glob("*.whl"))
-            if wheel.name.lower().startswith(name + "-")
-        ]
-        body = {"meta": {"api-version": "1.1"}, "name": parts[-1], "files": files}
-        self._send("application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
-
-    def _send(self, content_type: str, data: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture
 def index(wheelhouse: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
     """The index pip is configured with, through its own environment variables only."""
-    server = Index(wheelhouse, UPLOADED)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("PIP_INDEX_URL", server.url)
-    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
-    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
-    try:
+    with serving(wheelhouse, UPLOADED) as server:
+        for name, value in server.pip_environment().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+        monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- what a commit declares ------------------------------------------------------------------
@@ -262,10 +209,7 @@ def test_only_releases_with_a_wheel_for_the_images_python_are_picked(tmp_path: P
     }
     for name in uploaded:
         (tmp_path / name).write_bytes(b"")
-    server = Index(tmp_path, uploaded)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(tmp_path, uploaded) as server:
         sources = PackageSources(pip_config={"index-url": server.url})
         tags = _traits().wheel_tags()
 
@@ -285,9 +229,6 @@ def test_only_releases_with_a_wheel_for_the_images_python_are_picked(tmp_path: P
         message = str(raised.value)
         assert "no release of ninja that satisfies the build requirement 'ninja'" in message
         assert "has a wheel for the base image's Python" in message and "1.11.1" in message
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_pins_from_the_config_win_for_their_package_and_dates(wheelhouse: Path) -> None:

@@ -21,9 +21,11 @@ import pytest
 
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL
 from runner.history import History
-from runner.sample.histories import SampleSpec, git, make_sample
+from runner.sample.demo import checkout_wheelhouse, run_arguments
+from runner.sample.histories import REGRESSED, SampleSpec, git, make_sample
 from tests.fixtures.cli import BASE_IMAGE, cli, rebuilt, run_args
 from tests.fixtures.docker import slow_container_removals
+from tests.fixtures.index import serving
 from tests.fixtures.samples import SMALL, checkout_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -246,6 +248,56 @@ def test_a_requirement_no_release_satisfies_in_the_range_names_it_and_offers_ski
     assert f"pypto {wanting[:12]}: no release of setuptools" in last, last
     assert "satisfies the build requirement 'setuptools>=999'" in last, last
     assert last.endswith(f"--skip {wanting[:12]} takes it as untestable"), last
+
+
+@pytest.mark.timeout(900)
+def test_a_requirement_an_answering_index_has_no_release_for_is_a_skip_between_the_ends(
+    sample_factory, shared_cache, tmp_path
+):
+    """Without a wheelhouse the tools come from an index. When it has the project but no
+    release the commit asks for, the commit cannot be built as it is (a wheelhouse may just
+    lack the release: above, the run stops). Its tests are skips, said before the first step,
+    and the run goes on: here to the two commits the skip leaves, exit 1."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),)))  # every commit passes
+    pypto = tmp_path / "pypto"
+    shutil.copytree(sample.pypto, pypto, symlinks=True)
+    good = git(pypto, "rev-parse", "HEAD").strip()
+    pyproject, code = pypto / "pyproject.toml", pypto / "pypto" / "__init__.py"
+    before = pyproject.read_text()
+    pyproject.write_text(
+        before.replace('requires = ["setuptools"]', 'requires = ["setuptools>=999"]')
+    )
+    git(pypto, "commit", "-q", "-am", "needs a setuptools from the future", when=400 * 86_400)
+    wanting = git(pypto, "rev-parse", "HEAD").strip()
+    pyproject.write_text(before)
+    code.write_text(code.read_text().replace("FACTOR = 1.0\n", f"FACTOR = {REGRESSED!r}\n"))
+    git(pypto, "commit", "-q", "-am", "back to any setuptools, and a regression", when=401 * 86_400)
+    bad = git(pypto, "rev-parse", "HEAD").strip()
+    wheels = checkout_wheelhouse()
+    args = run_arguments(
+        pypto=pypto,
+        lib=sample.lib,
+        good=good,
+        workdir=tmp_path / "work",
+        cache=shared_cache,
+        base_image=BASE_IMAGE,
+        wheelhouse=tmp_path / "no-wheelhouse",
+    )
+    assert "--wheelhouse" not in args
+
+    with serving(wheels, {}) as index:
+        result = cli(*args, "--json", env=index.pip_environment())
+
+    assert result.returncode == 1, result.stderr
+    assert f"warning: pypto {wanting[:12]} cannot be built (no release of setuptools" in (
+        " ".join(result.stderr.split())
+    ), result.stderr
+    report = result.json()
+    assert report["pypto"]["candidates"] == [wanting, bad]
+    (step,) = [s for s in report["steps"] if s["pypto"] == wanting]
+    assert step["verdict"] == "skip"
+    assert step["reason"].startswith("build failed: pypto (no release of setuptools in the "), step
+    assert "'setuptools>=999'" in step["reason"]
 
 
 def test_a_simpler_commit_whose_pyproject_is_not_toml_is_a_skip_not_the_end(sample_factory, bisect):
