@@ -40,8 +40,9 @@ class ContainerSpec:
     mem_limit: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     user: str | None = None
-    # Only image layering replaces the entrypoint: a layer is made like a Dockerfile RUN, which
-    # runs outside it. [] means none.
+    # None keeps the image's entrypoint, which every container of the tool runs through (the
+    # interpreter and environment it sets up are the ones the builds and the example use);
+    # [] means none.
     entrypoint: list[str] | None = None
 
 

@@ -595,6 +595,7 @@ def run_on_node(
         pip_wheel=job.pip_wheel,
         speculative=job.speculative,
         pypto_first=job.pypto_first,
+        python=job.run.python,
     )
     image_s = time.monotonic() - started
     if job.speculative:

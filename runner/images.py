@@ -31,7 +31,7 @@ import runner
 from runner.containers import ContainerResult, ContainerSpec, Mount
 from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, PROCESS_LABEL, RUN_LABEL, run_container
-from runner.install import WHEEL_INSTALLER, install_command
+from runner.install import SHADOWED, SHADOWED_EXIT, WHEEL_INSTALLER, install_command
 from runner.turns import Turns
 from runner.wheels import file_sha256
 
@@ -116,6 +116,7 @@ def image_labels(
     pypto_wheel_sha256: str,
     simpler_sha: str | None,
     simpler_wheel_sha256: str | None,
+    python: str = "python3",
 ) -> dict[str, str]:
     """Everything that decides the image's content; equal labels mean an equal image."""
     return {
@@ -123,7 +124,7 @@ def image_labels(
         f"{LABEL}.pypto": pypto_sha,
         f"{LABEL}.simpler": simpler_sha or "none",
         f"{LABEL}.base-image": base_image_id,
-        f"{LABEL}.recipe": recipe_digest(),
+        f"{LABEL}.recipe": recipe_digest(python),
         f"{LABEL}.pypto-wheel": pypto_wheel_sha256,
         f"{LABEL}.simpler-wheel": simpler_wheel_sha256 or "none",
     }
@@ -160,6 +161,11 @@ def find_test_image(
 def base_user(client: docker.DockerClient, base_image: str, base_image_id: str) -> str | None:
     """The base image's USER when it is not root (pip installs as root, then it is restored)."""
     return _non_root(_base_config(client, base_image, base_image_id).user)
+
+
+def base_entrypoint(client: docker.DockerClient, image_id: str) -> list[str]:
+    """The image's ENTRYPOINT ([] for none): what wraps every command its containers run."""
+    return _base_config(client, image_id, image_id).entrypoint
 
 
 def _non_root(user: str) -> str | None:
@@ -213,6 +219,7 @@ def ensure_test_image(
     pip_wheel: Path | None = None,
     speculative: bool = False,
     pypto_first: bool = False,
+    python: str = "python3",
 ) -> TestImage:
     """The test image for this pypto/simpler pair: reused when one with equal labels exists.
 
@@ -224,6 +231,7 @@ def ensure_test_image(
     image with equal labels is reused whatever its order, since the order changes no file in it.
 
     `pip_wheel` installs the wheels when the base image has no pip (the image keeps none).
+    `python`: the interpreter the wheels go into (the one builds and the example use).
 
     The image is pinned to the base image *id*, so a base tag moved mid-bisect cannot mix two
     environments into one bisect.
@@ -244,6 +252,7 @@ def ensure_test_image(
         pypto_wheel_sha256=digests["pypto"],
         simpler_sha=simpler_sha,
         simpler_wheel_sha256=digests.get("simpler"),
+        python=python,
     )
     order = [("pypto", pypto_sha, pypto_wheel)]
     if simpler_sha is not None and simpler_wheel is not None:
@@ -258,7 +267,9 @@ def ensure_test_image(
                 handle.write(f"reusing test image {tag} ({existing})\n")
             return TestImage(image_id=existing, tag=tag, reused=True, seconds=0.0)
         base = _base_config(client, base_image, base_image_id)
-        layering = _Layering(client, base, pip_wheel, log_path, None if speculative else echo)
+        layering = _Layering(
+            client, base, pip_wheel, log_path, None if speculative else echo, python
+        )
         parent = base_image_id
         if len(order) == 2:
             package, sha, wheel = order[0]
@@ -317,10 +328,11 @@ _LAYER_TIMEOUT_S = 1800.0
 _CONTAINER_ONLY_LABELS = (OWNER_LABEL, RUN_LABEL, PROCESS_LABEL)
 
 
-def recipe_digest() -> str:
-    """Part of every image's identity: changing how wheels are layered never reuses old images."""
+def recipe_digest(python: str = "python3") -> str:
+    """Part of every image's identity: changing how wheels are layered, or the interpreter they
+    go into, never reuses old images."""
     recipe = {
-        "install": install_command("{pip}", "{wheel}"),
+        "install": install_command("{pip}", "{wheel}", python),
         "environment": _PIP_ENVIRONMENT,
         "layers": "one per wheel",
     }
@@ -374,9 +386,11 @@ class _Layering:
         pip_wheel: Path | None,
         log_path: Path,
         echo: Echo | None,
+        python: str = "python3",
     ) -> None:
         self.client = client
         self.base = base
+        self.python = python
         self.pip_wheel = pip_wheel
         self.log_path = log_path
         self.echo = echo
@@ -390,7 +404,7 @@ class _Layering:
             f"{LABEL}.layer-commit": sha,
             f"{LABEL}.layer-wheel": digest,
             f"{LABEL}.base-image": self.base.image_id,
-            f"{LABEL}.recipe": recipe_digest(),
+            f"{LABEL}.recipe": recipe_digest(self.python),
         }
         tag = f"{LAYER_REPOSITORY}:{package}-{digest[:12]}-{self.base.image_id[7:19]}"
         with _KEYS.hold(tag):
@@ -413,15 +427,17 @@ class _Layering:
     ) -> str:
         """Install `wheel` on `parent`; commit the result as `tag`; return the image id."""
         mounts = [Mount(str(wheel.parent), _WHEELS_DIR)]
-        pip = "python3 -m pip"
+        python = shlex.quote(self.python)
+        pip = f"{python} -m pip"
         if self.pip_wheel is not None:
             mounts.append(Mount(str(self.pip_wheel.parent), _PIP_DIR))
-            pip = f"python3 {_PIP_DIR}/{self.pip_wheel.name}/pip"
-        command = install_command(pip, f"{_WHEELS_DIR}/{wheel.name}")
+            pip = f"{python} {_PIP_DIR}/{self.pip_wheel.name}/pip"
+        command = install_command(pip, f"{_WHEELS_DIR}/{wheel.name}", python)
+        # Through the image's entrypoint, as builds and runs go: the Python it puts first on
+        # PATH (CANN's set_env.sh) is the one the example imports the wheel with.
         spec = ContainerSpec(
             image=parent,
-            command=[],
-            entrypoint=["/bin/sh", "-c", command],
+            command=["/bin/sh", "-c", command],
             environment=dict(_PIP_ENVIRONMENT),
             mounts=mounts,
             labels={KIND_LABEL: "layer"},
@@ -474,6 +490,23 @@ class _Layering:
         self, result: ContainerResult, package: str, sha: str, wheel: Path, log: Path
     ) -> BisectError:
         tail = _tail(result.output.splitlines())
+        shadowed = next(
+            (ln.split()[1:] for ln in result.output.splitlines() if ln.startswith(SHADOWED)), None
+        )
+        if result.exit_code == SHADOWED_EXIT and shadowed:
+            top, where = [*shadowed, "-", "-"][:2]
+            if where == "-":
+                return BadInput(
+                    f"after installing the {package} wheel of {sha[:12]} into {self.base.image}, "
+                    f"`{self.python}` there cannot import {top}: the wheel went where that "
+                    "interpreter does not look; give --python the interpreter the image's "
+                    f"entrypoint runs (log: {log})"
+                )
+            return BadInput(
+                f"{self.base.image} has its own {top} at {where}, which `{self.python}` imports "
+                f"instead of the tested {package} wheel of {sha[:12]}: every test would run that "
+                "copy; remove it from the base image (or from its PYTHONPATH)"
+            )
         if result.timed_out or result.oom_killed or "no space left on device" in tail.lower():
             why = "timed out" if result.timed_out else "ran out of memory or disk"
             return InfrastructureError(

@@ -188,12 +188,63 @@ print(f"installed {name} from {os.path.basename(wheel)} into {root}", flush=True
 )
 
 
+SHADOWED_EXIT = 5
+SHADOWED = "BISECT-SHADOWED"
+
+# Whether the interpreter now imports the wheel's own top-level modules: an image with its own
+# copy of pypto or simpler on its path (installed by apt, an editable install, PYTHONPATH) would
+# have the example run that copy whatever the commit, and every verdict would be the same.
+SHADOW_CHECK = (
+    f"import os, sys\n\nSHADOWED_EXIT = {SHADOWED_EXIT}\nSHADOWED = {SHADOWED!r}\n"
+    + """
+import importlib.util, zipfile, zlib
+
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # the example's cwd is not this
+archive = zipfile.ZipFile(sys.argv[1])
+members = {info.filename: info for info in archive.infolist()}
+tops = {}
+for name in members:
+    first = name.split("/", 1)[0]
+    if first.endswith((".dist-info", ".data")):
+        continue
+    if "/" in name:
+        if first + "/__init__.py" in members:  # (a namespace package has no file to compare)
+            tops[first] = first + "/__init__.py"
+    elif name.endswith(".py"):
+        tops[name[:-3]] = name
+    elif name.endswith(".so"):
+        tops[name.split(".")[0]] = name
+for top, member in sorted(tops.items()):
+    try:
+        spec = importlib.util.find_spec(top)
+    except Exception:
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if not origin or not os.path.isfile(origin):
+        print(f"{SHADOWED} {top} -", flush=True)
+        sys.exit(SHADOWED_EXIT)
+    crc = 0
+    with open(origin, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            crc = zlib.crc32(chunk, crc)
+    if os.path.getsize(origin) != members[member].file_size or crc != members[member].CRC:
+        print(f"{SHADOWED} {top} {origin}", flush=True)
+        sys.exit(SHADOWED_EXIT)
+"""
+)
+
+
 def install_command(pip: str, wheel: str, python: str = "python3") -> str:
-    """The layering container's shell command: the installer, or pip where it hands over."""
+    """The layering container's shell command: the installer, or pip where it hands over (over
+    a distribution the image has: pip's own uninstall first, its files left where pip cannot
+    remove them), then `SHADOW_CHECK`."""
     quoted = shlex.quote(wheel)
+    pip_install = f"{pip} install --no-index --no-deps --no-cache-dir"
     return (
         f"{python} -c {shlex.quote(WHEEL_INSTALLER)} {quoted}; status=$?; "
         f'if [ "$status" -eq {FALLBACK_EXIT} ]; then '
-        f"{pip} install --no-index --no-deps --no-cache-dir {quoted}; "
-        'else exit "$status"; fi'
+        f"{pip_install} --force-reinstall {quoted} || "
+        f"{pip_install} --ignore-installed {quoted} || exit $?; "
+        'elif [ "$status" -ne 0 ]; then exit "$status"; fi; '
+        f"{python} -c {shlex.quote(SHADOW_CHECK)} {quoted}"
     )

@@ -19,6 +19,7 @@ import docker.errors
 import pytest
 
 from runner.containers import ContainerSpec, Mount
+from runner.errors import BadInput
 from runner.execute import LABEL, OWNER_LABEL, run_container
 from runner.images import (
     LAYER_REPOSITORY,
@@ -36,6 +37,7 @@ from runner.wheels import BuildSettings, WheelCache, build_wheel
 # Unique per test run, so images of concurrent runs never collide and cleanup finds only ours.
 RUN = secrets.token_hex(4)
 ENTRYPOINT_BASE = f"bisect-precision-test/entrypoint-base:{RUN}"
+VENV_BASE = f"bisect-precision-test/venv-base:{RUN}"
 
 
 def sha(name: str) -> str:
@@ -567,3 +569,97 @@ def test_the_layer_installer_puts_every_file_where_pip_does_and_hands_the_rest_t
     [counted] = [line.split()[2] for line in result.output.splitlines() if line.startswith("same ")]
     assert int(counted) > 3, "files, scripts and .pyc files are compared"
     assert f"{name} is installed already: pip replaces it" in result.output
+
+
+def _build_base(
+    client: docker.DockerClient, tag: str, dockerfile: str, files: dict[str, bytes]
+) -> str:
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image, _ = client.images.build(
+        fileobj=context,
+        custom_context=True,
+        tag=tag,
+        rm=True,
+        forcerm=True,
+        labels={LABEL: "1", f"{LABEL}.test-run": RUN},
+    )
+    return image.id
+
+
+@pytest.fixture(scope="module")
+def venv_base(docker_client: docker.DockerClient, base_image_id: str, wheels: Wheels) -> str:
+    """A CANN-like base: its entrypoint puts its own Python (a venv in /opt/py) first on PATH,
+    and that Python has simpler installed already, at the tested wheel's version but with
+    other contents (a dev image with an older build of it)."""
+    entry = b'#!/bin/sh\nexport PATH=/opt/py/bin:$PATH\nexec "$@"\n'
+    return _build_base(
+        docker_client,
+        VENV_BASE,
+        f"FROM {base_image_id}\n"
+        "COPY entry.sh /entry.sh\n"
+        f"COPY {wheels.simpler.name} /tmp/\n"
+        "RUN chmod 755 /entry.sh && python3 -m venv /opt/py"
+        f" && /opt/py/bin/pip install -q --no-index /tmp/{wheels.simpler.name}"
+        " && sed -i 's/^REVISION = 1$/REVISION = 99/' /opt/py/lib/python3*/site-packages/simpler/"
+        "__init__.py && rm /tmp/*.whl\n"
+        'ENTRYPOINT ["/entry.sh"]\n',
+        {"entry.sh": entry, wheels.simpler.name: wheels.simpler.read_bytes()},
+    )
+
+
+@pytest.mark.docker
+def test_wheels_go_into_the_python_the_entrypoint_runs_over_what_it_has_installed(
+    docker_client: docker.DockerClient, venv_base: str, wheels: Wheels, tmp_path: Path
+) -> None:
+    """Layering went around the entrypoint, into the system python3, and pip left an installed
+    distribution of the same version as it was: the example then ran the image's copy of
+    simpler, whatever the commit, and a wrong culprit came out with exit 0."""
+    image = pair_image(
+        docker_client,
+        (VENV_BASE, venv_base),
+        ("pypto_1", wheels.pypto_1),
+        ("simpler", wheels.simpler),
+        tmp_path / "image.log",
+    )
+
+    code = "import simpler, pypto; print(simpler.REVISION, simpler.__file__, pypto.__file__)"
+    revision, simpler_file, pypto_file = run_in(
+        docker_client, image.tag, code, tmp_path / "run.log"
+    ).split()
+    assert revision == "1", "the image's own build of simpler was kept"
+    assert simpler_file.startswith("/opt/py/") and pypto_file.startswith("/opt/py/")
+
+
+@pytest.mark.docker
+def test_a_base_image_with_its_own_copy_on_its_path_is_refused(
+    docker_client: docker.DockerClient, base_image_id: str, wheels: Wheels, tmp_path: Path
+) -> None:
+    """A copy on the image's PYTHONPATH comes before any site directory: every test would run
+    it. That stops the run, naming the copy, rather than giving the same verdict for all."""
+    tag = f"bisect-precision-test/shadow-base:{RUN}"
+    shadow = _build_base(
+        docker_client,
+        tag,
+        f"FROM {base_image_id}\nCOPY pypto.py /opt/shadow/pypto/__init__.py\n"
+        "ENV PYTHONPATH=/opt/shadow\n",
+        {"pypto.py": b"FACTOR = 1.0\n"},
+    )
+
+    with pytest.raises(BadInput) as raised:
+        pair_image(
+            docker_client,
+            (tag, shadow),
+            ("pypto_2", wheels.pypto_2),
+            ("simpler", wheels.simpler),
+            tmp_path / "image.log",
+        )
+
+    said = str(raised.value)
+    assert "has its own pypto at /opt/shadow/pypto/__init__.py" in said, said
+    assert "\n" not in said
