@@ -18,6 +18,7 @@ import html.parser
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,7 @@ from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
 from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
-from runner.images import base_user, build_image, render_template
+from runner.images import base_entrypoint, base_user, build_image, render_template
 from runner.wheels import ran_out_of_space, write_json_atomic
 
 if sys.version_info >= (3, 11):
@@ -66,7 +67,7 @@ Echo = Callable[[str], None]
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 BUILDER_KIND = "builder"
 KEY_LABEL = f"{LABEL}.builder-key"
-_RECIPE_VERSION = 1
+_RECIPE_VERSION = 2  # 2: installed through the base image's entrypoint
 _TEMPLATE = "builder.Dockerfile.j2"
 _WHEELS_IN_IMAGE = "/tmp/bisect-build-wheels"
 _INDEX_TIMEOUT = 30.0
@@ -100,6 +101,8 @@ print("BISECT-PROBE " + json.dumps({
     "tools": sorted(t for t in _TOOLS if shutil.which(t)),
     "has_pip": has_pip,
     "cmake": cmake,
+    "headers": os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")),
+    "include": sysconfig.get_paths()["include"],
     "env": {k: v for k, v in os.environ.items() if k.startswith(("ASCEND", "BISECT_TEST"))},
 }))
 """
@@ -245,6 +248,8 @@ class ImageTraits:
     has_pip: bool
     env: Mapping[str, str] = field(default_factory=dict)
     cmake: str | None = None  # `cmake --version`'s number, when the image has cmake
+    headers: bool = True  # Python.h where native builds look for it (`include`)
+    include: str = ""
 
     def pip_target_args(self) -> list[str]:
         """`pip download` options that select wheels for this image, not for the host."""
@@ -310,6 +315,8 @@ class ImageTraits:
             "has_pip": self.has_pip,
             "env": dict(self.env),
             "cmake": self.cmake,
+            "headers": self.headers,
+            "include": self.include,
         }
 
     @classmethod
@@ -324,17 +331,61 @@ class ImageTraits:
             has_pip=bool(data.get("has_pip")),
             env=dict(data.get("env") or {}),  # type: ignore[arg-type]
             cmake=str(data["cmake"]) if data.get("cmake") else None,
+            headers=bool(data.get("headers", True)),
+            include=str(data.get("include") or ""),
         )
 
 
+# When each CPython minor release came out (x.y.0): build tools older than the Python they run
+# on often fail there (setuptools 65 on 3.12: pkgutil.ImpImporter is gone).
+_PYTHON_RELEASED = {
+    "3.6": "2016-12-23",
+    "3.7": "2018-06-27",
+    "3.8": "2019-10-14",
+    "3.9": "2020-10-05",
+    "3.10": "2021-10-04",
+    "3.11": "2022-10-24",
+    "3.12": "2023-10-02",
+    "3.13": "2024-10-07",
+    "3.14": "2025-10-07",
+}
+
+
+def python_released(version: str) -> datetime | None:
+    """When CPython `version` ("3.12") came out; for a newer one than this table knows, the
+    newest date it has (a lower bound); None for anything else."""
+    day = _PYTHON_RELEASED.get(version)
+    if day is None:
+        try:
+            major, minor = (int(part) for part in version.split(".")[:2])
+        except ValueError:
+            return None
+        known = max(_PYTHON_RELEASED, key=lambda v: tuple(int(p) for p in v.split(".")))
+        newest = tuple(int(p) for p in known.split("."))
+        if (major, minor) <= newest:
+            return None
+        day = _PYTHON_RELEASED[known]
+    return datetime.fromisoformat(f"{day}T00:00:00+00:00")
+
+
+def _named(name: str, image_id: str) -> str:
+    """An image as the user named it, with its id."""
+    return f"{name} ({image_id[:19]})" if name and name != image_id else image_id[:19]
+
+
 def probe_image(
-    client: docker.DockerClient, image_id: str, cache_root: Path, *, python: str = "python3"
+    client: docker.DockerClient,
+    image_id: str,
+    cache_root: Path,
+    *,
+    python: str = "python3",
+    name: str = "",
 ) -> ImageTraits:
     """Ask the image itself (through its entrypoint) which Python and tools it has; cached by
-    image id and interpreter (`--python python9` must fail here, not at the first run)."""
+    image id and interpreter (`--python python9` must fail here, not at the first run).
+    `name`: the image as the user named it, for messages."""
     asked = hashlib.sha256((python + _PROBE).encode()).hexdigest()[:12]  # a new probe asks again
-    name = f"{image_id.replace(':', '_')}-{asked}"
-    store = cache_root / "builders" / "traits" / f"{name}.json"
+    store = cache_root / "builders" / "traits" / f"{image_id.replace(':', '_')}-{asked}.json"
     with contextlib.suppress(OSError, ValueError, KeyError):
         return ImageTraits.from_json(json.loads(store.read_text()))
     with tempfile.TemporaryDirectory(prefix="bisect-probe-") as tmp:
@@ -347,9 +398,17 @@ def probe_image(
     line = next((ln for ln in result.output.splitlines() if ln.startswith("BISECT-PROBE ")), None)
     if result.exit_code != 0 or line is None:
         tail = " ".join(result.output.strip().splitlines()[-2:])[:200] or "no output"
+        entrypoint = (client.images.get(image_id).attrs.get("Config") or {}).get("Entrypoint")
+        through = (
+            f" through its entrypoint {' '.join(entrypoint)} (which must end by running the "
+            "command it is given)"
+            if entrypoint
+            else ""
+        )
         raise BadInput(
-            f"the base image {image_id[:19]} cannot run `{python}` ({tail}); a base image needs "
-            "Python 3 with pip, a C/C++ compiler, cmake and make (see README)"
+            f"the base image {_named(name, image_id)} cannot run `{python}`{through}: exit "
+            f"{result.exit_code}, {tail}; a base image needs Python 3 and a C/C++ compiler (see "
+            "README)"
         )
     traits = ImageTraits.from_json(json.loads(line.removeprefix("BISECT-PROBE ")))
     with contextlib.suppress(OSError):
@@ -600,6 +659,7 @@ def resolve(
     extras: Iterable[str] = (),
     markers: Mapping[str, str] | None = None,
     tags: Collection[Tag] | None = None,
+    floor: datetime | None = None,
 ) -> Resolution:
     """Pick a version for each build requirement as of `when`.
 
@@ -608,7 +668,8 @@ def resolve(
     them, which is the closest in time. Without upload times pip's usual newest is left to pip.
     `tags`: the wheel tags the image's Python takes (`ImageTraits.wheel_tags`); only releases
     with such a wheel are picked, as pip would only install those (an old release of a tool may
-    have wheels for older Pythons alone).
+    have wheels for older Pythons alone). `floor`: no release is picked as of a date before it
+    (the image's Python came out then: older tools do not know it); pins still go by `when`.
     """
     pinned: dict[str, str] = {}
     notes: list[str] = []
@@ -619,6 +680,13 @@ def resolve(
                 pinned[canonicalize_name(requirement.name)] = str(requirement)
     chosen: list[str] = []
     seen: set[str] = set()
+    if by_date and floor is not None and floor > when:
+        notes.append(
+            f"picked as of {floor.date().isoformat()}, not the commit's "
+            f"{when.date().isoformat()}: the base image's Python came out then, and older "
+            "releases of build tools may not run on it"
+        )
+        when = floor
     for text in [*declared, *extras]:
         requirement = _parse_requirement(text, where)
         if requirement.marker is not None and not requirement.marker.evaluate(
@@ -824,16 +892,18 @@ class Provisioner:
         by_date: bool = True,
         python: str = "python3",
         echo: Echo | None = None,
+        base_image: str = "",
     ) -> None:
         self.client = client
         self.base_image_id = base_image_id
+        self.base_image = base_image  # as the user named it, for messages
         self.root = cache_root / "builders"
         self.sources = sources
         self.pins = tuple(pins)
         self.by_date = by_date
         self.python = python
         self.echo = echo
-        self.traits = probe_image(client, base_image_id, cache_root, python=python)
+        self.traits = probe_image(client, base_image_id, cache_root, python=python, name=base_image)
         self._builders: dict[str, Builder] = {}
         # The tests of a round look builders up at once: one makes a missing image, the
         # others then find it (the legacy builder must not build one image twice at once).
@@ -848,11 +918,19 @@ class Provisioner:
             for name in (_requirement_name(r) for r in resolution.declared)
             if name in NATIVE_BUILD_TOOLS
         )
+        image = _named(self.base_image, self.base_image_id)
         if native and not set(self.traits.tools) & CXX_COMPILERS:
             raise BadInput(
-                f"the base image {self.base_image_id[:19]} has no C++ compiler (g++, c++ or "
-                f"clang++) and {where} builds native code ({', '.join(native)}): build on the "
-                "CANN image, or install a compiler in the base image (build-essential)"
+                f"the base image {image} has no C++ compiler (g++, c++ or clang++) and {where} "
+                f"builds native code ({', '.join(native)}): build on the CANN image, or install "
+                "a compiler in the base image (build-essential)"
+            )
+        if native and not self.traits.headers:
+            raise BadInput(
+                f"the base image {image} has no Python development headers for `{self.python}` "
+                f"(no Python.h in {self.traits.include or 'its include directory'}) and {where} "
+                f"builds native code ({', '.join(native)}): install them in the base image "
+                "(python3-dev on Debian and Ubuntu)"
             )
 
     def extras(self, declared: Iterable[str] = (), cmake: SpecifierSet | None = None) -> list[str]:
@@ -901,6 +979,7 @@ class Provisioner:
             extras=extras,
             markers=self.traits.markers(),
             tags=self.traits.wheel_tags(),
+            floor=python_released(self.traits.python),
         )
 
     def builder(self, resolution: Resolution, where: str) -> Builder:
@@ -914,7 +993,7 @@ class Provisioner:
             return cached  # still in the engine: someone may have pruned it meanwhile
         wheels_dir = self.download(resolution, where)
         names = tuple(sorted(p.name for p in wheels_dir.glob("*.whl")))
-        key = _builder_key(self.base_image_id, wheels_dir, names)
+        key = _builder_key(self.base_image_id, self.python, wheels_dir, names)
         image_id = find_builder(self.client, key)
         built = False
         if image_id is None:
@@ -1026,14 +1105,24 @@ class Provisioner:
             KIND_LABEL: BUILDER_KIND,
             KEY_LABEL: key,
             f"{LABEL}.base-image-id": self.base_image_id,
+            f"{LABEL}.python": self.python,
             f"{LABEL}.build-tools": " ".join(installed(resolution.pins, names)),
         }
+        install = " ".join(
+            [
+                f"{pip} install --no-index --no-deps --no-cache-dir --ignore-installed",
+                *(shlex.quote(f"{_WHEELS_IN_IMAGE}/{name}") for name in names),
+                f"&& rm -rf {_WHEELS_IN_IMAGE}",
+            ]
+        )
+        entrypoint = base_entrypoint(self.client, self.base_image_id)
         dockerfile = render_template(
             _TEMPLATE,
             base_image_ref=self.base_image_id,
             wheels_dir=_WHEELS_IN_IMAGE,
-            wheels=list(names),
-            pip=pip,
+            install=install,
+            entrypoint=entrypoint,
+            entrypoint_run=json.dumps([*entrypoint, "/bin/sh", "-c", install]),
             labels=labels,
             base_user=base_user(self.client, self.base_image_id, self.base_image_id),
         )
@@ -1057,9 +1146,10 @@ class Provisioner:
             shutil.rmtree(context, ignore_errors=True)
 
 
-def _builder_key(base_image_id: str, wheels_dir: Path, names: Sequence[str]) -> str:
+def _builder_key(base_image_id: str, python: str, wheels_dir: Path, names: Sequence[str]) -> str:
+    """The builder's identity: base image, the interpreter the tools go into, and the wheels."""
     digest = hashlib.sha256()
-    digest.update(f"recipe {_RECIPE_VERSION}\nbase {base_image_id}\n".encode())
+    digest.update(f"recipe {_RECIPE_VERSION}\nbase {base_image_id}\npython {python}\n".encode())
     for name in names:
         digest.update(name.encode() + b"\0")
         digest.update(hashlib.sha256((wheels_dir / name).read_bytes()).digest())
@@ -1114,13 +1204,21 @@ def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:
     """Builder images in the engine, newest first, for `builder ls`."""
     images = _builder_images(client, f"{KIND_LABEL}={BUILDER_KIND}")
     rows = []
+    names: dict[str, str] = {}  # base image id -> its first tag, if it has one
     for image in images:
         labels = image.labels or {}
+        base = labels.get(f"{LABEL}.base-image-id", "")
+        if base and base not in names:
+            names[base] = ""
+            with contextlib.suppress(docker.errors.DockerException):
+                names[base] = next(iter(client.images.get(base).tags), "")
         rows.append(
             {
                 "id": image.id,
                 "key": labels.get(KEY_LABEL, ""),
-                "base": labels.get(f"{LABEL}.base-image-id", ""),
+                "base": base,
+                "base_name": names.get(base, ""),
+                "python": labels.get(f"{LABEL}.python", "python3"),
                 "tools": labels.get(f"{LABEL}.build-tools", ""),
                 "created": str(image.attrs.get("Created", "")),
             }

@@ -234,6 +234,7 @@ def make_provisioner(
         by_date=settings.resolve_by_date,
         python=settings.python,
         echo=echo,
+        base_image=settings.base_image,
     )
 
 

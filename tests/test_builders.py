@@ -11,13 +11,15 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tarfile
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import docker
@@ -37,6 +39,7 @@ from runner.builders import (
     find_builder,
     image_present,
     probe_image,
+    python_released,
     resolve,
     setup_requires,
 )
@@ -229,6 +232,43 @@ def test_only_releases_with_a_wheel_for_the_images_python_are_picked(tmp_path: P
         message = str(raised.value)
         assert "no release of ninja that satisfies the build requirement 'ninja'" in message
         assert "has a wheel for the base image's Python" in message and "1.11.1" in message
+
+
+def test_tools_are_not_picked_older_than_the_images_python(tmp_path: Path) -> None:
+    """A 2023-01 commit on a Python 3.12 image got setuptools 65, which cannot run on 3.12:
+    nothing built. Tools are now picked as of the Python's release when the commit is older;
+    a user's pin still goes by the commit's own date."""
+    uploaded = {
+        "setuptools-65.6.3-py3-none-any.whl": "2022-11-20T00:00:00Z",
+        "setuptools-68.2.2-py3-none-any.whl": "2023-09-12T00:00:00Z",
+        "setuptools-69.0.3-py3-none-any.whl": "2023-12-27T00:00:00Z",
+        "wheel-0.42.0-py3-none-any.whl": "2023-11-10T00:00:00Z",
+    }
+    for name in uploaded:
+        (tmp_path / name).write_bytes(b"")
+    with serving(tmp_path, uploaded) as server:
+        sources = PackageSources(pip_config={"index-url": server.url})
+        pin = BuildPin(until=date(2023, 6, 1), requirements=["wheel==0.40.0"])
+
+        def pick(python: str, day: str = "2023-01-15") -> Resolution:
+            return resolve(
+                ["setuptools"],
+                where="x",
+                when=when(day),
+                sources=sources,
+                pins=[pin],
+                floor=python_released(python),
+            )
+
+        on_312 = pick("3.12")
+        assert on_312.pins == ("setuptools==68.2.2", "wheel==0.40.0")
+        assert any("as of 2023-10-02, not the commit's 2023-01-15" in n for n in on_312.notes)
+        assert pick("3.11").pins == ("setuptools==65.6.3", "wheel==0.40.0")
+        assert pick("3.12", "2024-01-01").pins[0] == "setuptools==69.0.3"
+
+    assert python_released("3.12") == datetime.fromisoformat("2023-10-02T00:00:00+00:00")
+    assert python_released("3.99") == python_released("3.14")
+    assert python_released("2.7") is None and python_released("pypy") is None
 
 
 def test_pins_from_the_config_win_for_their_package_and_dates(wheelhouse: Path) -> None:
@@ -447,17 +487,30 @@ def test_a_device_fault_is_never_a_verdict_and_the_next_run_finishes(
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize(
+    ("removed", "said"),
+    [
+        (
+            "/usr/bin/*g++* /usr/bin/c++ /usr/bin/*clang++* /etc/alternatives/c++",
+            "has no C++ compiler",
+        ),
+        ("/usr/include/python3*/Python.h", "has no Python development headers for `python3`"),
+    ],
+    ids=["compiler", "python-headers"],
+)
 def test_a_base_image_without_a_cxx_compiler_stops_native_builds_before_the_first_step(
-    sample_factory, shared_cache: Path, tmp_path: Path, docker_client: docker.DockerClient
+    sample_factory,
+    shared_cache: Path,
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+    removed: str,
+    said: str,
 ) -> None:
     """Even with --no-verify: every build would fail, and each failure would be a skip."""
     from tests.fixtures.cli import BASE_IMAGE
 
     (tmp_path / "ctx").mkdir()
-    (tmp_path / "ctx" / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\n"
-        "RUN rm -f /usr/bin/*g++* /usr/bin/c++ /usr/bin/*clang++* /etc/alternatives/c++\n"
-    )
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN rm -f {removed}\n")
     image, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True, forcerm=True)
     try:
         sample = sample_factory(NATIVE)
@@ -477,7 +530,7 @@ def test_a_base_image_without_a_cxx_compiler_stops_native_builds_before_the_firs
 
     assert stopped.returncode == 2, stopped.stderr
     [line] = stopped.stderr.strip().splitlines()
-    assert line.startswith(f"error: the base image {image.id[:19]} has no C++ compiler"), line
+    assert line.startswith(f"error: the base image {image.id[:19]} {said}"), line
     assert "builds native code (scikit-build-core)" in line
     assert not (tmp_path / "work" / "ledger.json").exists(), "nothing tested: no ledger kept"
 
@@ -648,6 +701,63 @@ def test_a_builder_removed_from_the_engine_is_made_again(
         assert find_builder(docker_client, again.key) == again.image_id
     finally:
         for image_id in [*made, base_id]:
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.images.remove(image_id, force=True)
+
+
+@pytest.mark.docker
+def test_build_tools_go_into_the_python_the_entrypoint_runs_and_builders_are_per_python(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """A CANN-like base whose entrypoint puts its own Python first on PATH: builds run through
+    the entrypoint, so that Python must get the tools (a RUN step goes around it). Without
+    the entrypoint's PATH, `--python /opt/py/bin/python3` names the same Python: another
+    builder, since the tools go into another interpreter."""
+    entry = b'#!/bin/sh\nexport PATH=/opt/py/bin:$PATH\nexec "$@"\n'
+    dockerfile = (
+        f"FROM {base_image}\nCOPY entry.sh /entry.sh\n"
+        "RUN chmod 755 /entry.sh && python3 -m venv /opt/py\n"
+        'ENTRYPOINT ["/entry.sh"]\n'
+    ).encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile), ("entry.sh", entry)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    tag = (
+        f"bisect-precision-test/venv-entry:{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12]}"
+    )
+    base, _ = docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
+    made: list[str] = []
+    try:
+        builders = []
+        for python in ("python3", "/opt/py/bin/python3"):
+            provisioner = Provisioner(
+                docker_client,
+                base_image_id=base.id,
+                cache_root=tmp_path,
+                sources=PackageSources(wheelhouse=wheelhouse),
+                python=python,
+            )
+            pyproject = '[build-system]\nrequires = ["setuptools", "wheel"]\n'
+            resolution = provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+            builders.append(provisioner.builder(resolution, "x"))
+            made.append(builders[-1].image_id)
+        assert builders[0].key != builders[1].key
+        for builder in builders:
+            result = run_container(
+                docker_client,
+                ContainerSpec(
+                    image=builder.image_id,
+                    command=["python3", "-c", "import wheel; print(wheel.__file__)"],
+                ),
+                log_path=tmp_path / "run.log",
+            )
+            assert result.exit_code == 0 and "/opt/py/lib/" in result.output, result.output
+    finally:
+        for image_id in [*made, base.id]:
             with contextlib.suppress(docker.errors.NotFound):
                 docker_client.images.remove(image_id, force=True)
 
