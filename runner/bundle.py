@@ -38,6 +38,7 @@ from runner.execute import (
     RUN_MOUNT,
     ExampleRun,
     example_container,
+    image_defaults,
 )
 from runner.images import find_test_image, image_labels, image_tag
 from runner.inputs import SNAPSHOTS
@@ -156,7 +157,8 @@ def export_attempt(
                 memory=run.memory,
                 timeout=run.timeout,
                 owner=_PLACEHOLDER_OWNER,
-            )
+            ),
+            image_defaults(client, attempt.image_id),
         )
         # The session's read-only snapshot is what the runs mounted; older sessions had none.
         _copy_lib(run.lib_dir if run.lib_dir.is_dir() else prepared.lib, destination / "lib")

@@ -293,8 +293,35 @@ class ExampleRun:
 _CHOWN_WRAPPER = '"$@"; status=$?; chown -R {owner} ' + RUN_MOUNT + " 2>/dev/null; exit $status"
 
 
-def example_container(run: ExampleRun) -> ContainerSpec:
-    """The container of one example run; pure, so the whole layout is unit-testable."""
+@dataclass(frozen=True)
+class ImageDefaults:
+    """What of the test image's own config the example's container keeps."""
+
+    user: str = ""  # its USER: CANN images may run as HwHiAiUser
+    python_path: str = ""  # its ENV PYTHONPATH (CANN's Python paths, where set there)
+
+    @property
+    def non_root(self) -> bool:
+        return self.user.split(":", 1)[0] not in ("", "root", "0")
+
+
+def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
+    try:
+        config = client.images.get(image).attrs.get("Config") or {}
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(f"cannot inspect the test image {image[:19]}: {exc}") from exc
+    variables = dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v)
+    return ImageDefaults(config.get("User") or "", variables.get("PYTHONPATH", ""))
+
+
+def example_container(run: ExampleRun, image: ImageDefaults | None = None) -> ContainerSpec:
+    """The container of one example run; pure, so the whole layout is unit-testable.
+
+    `image`: the test image's USER and PYTHONPATH. The pypto-lib checkout goes first on the
+    image's PYTHONPATH rather than in its place. An example run as a user other than root
+    writes into the run directory (made writable for it) with a umask that lets the invoking
+    user delete what it wrote, since it cannot hand the files over itself."""
+    image = image or ImageDefaults()
     script = PurePosixPath(run.script)
     if script.is_absolute() or ".." in script.parts or not script.parts:
         raise BadInput(
@@ -303,8 +330,8 @@ def example_container(run: ExampleRun) -> ContainerSpec:
         )
     pass_ = run.passthrough
     environment = {**run.environment, **pass_.environment}
-    python_path = environment.get("PYTHONPATH")
-    environment["PYTHONPATH"] = f"{LIB_MOUNT}:{python_path}" if python_path else LIB_MOUNT
+    paths = (LIB_MOUNT, environment.get("PYTHONPATH"), image.python_path)
+    environment["PYTHONPATH"] = ":".join(dict.fromkeys(p for p in paths if p))
     environment["PYPTO_PROG_BUILD_DIR"] = BUILD_OUTPUT
     environment.setdefault("PYTHONUNBUFFERED", "1")
     mounts = [
@@ -318,6 +345,8 @@ def example_container(run: ExampleRun) -> ContainerSpec:
             environment[variable] = path
     mounts.extend(pass_.mounts)
     wrapper = _CHOWN_WRAPPER.format(owner=_artifact_owner(run))
+    if image.non_root:
+        wrapper = f"umask 0000; {wrapper}"
     command = [
         *keep_explicit(environment),
         *("sh", "-c", wrapper, "bisect-example"),
@@ -372,7 +401,10 @@ def run_example(
     if not script.is_file():
         raise BadInput(f"example {run.script} not found in {run.lib_dir}; check the example path")
     run.artifacts_dir.mkdir(parents=True, exist_ok=True)
-    spec = example_container(run)
+    defaults = image_defaults(client, run.image)
+    if defaults.non_root:  # the image's user writes build_output/ there
+        run.artifacts_dir.chmod(0o777)
+    spec = example_container(run, defaults)
     result = run_container(
         client,
         spec,

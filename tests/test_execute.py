@@ -31,6 +31,7 @@ from runner.execute import (
     RUN_LABEL,
     RUN_MOUNT,
     ExampleRun,
+    ImageDefaults,
     _LogPump,
     connect,
     example_container,
@@ -498,6 +499,56 @@ def test_an_example_container_is_isolated_and_laid_out_for_the_example(tmp_path)
     assert spec.mem_limit == "8g"
     assert not spec.network
     assert not spec.privileged
+
+
+def test_an_images_own_pythonpath_and_user_are_kept_around_the_lib_checkout(tmp_path):
+    run = example("cann:test", tmp_path / "lib", tmp_path / "run", environment={"A": "1"})
+    image = ImageDefaults(user="HwHiAiUser", python_path="/usr/local/Ascend/python")
+
+    spec = example_container(run, image)
+
+    assert spec.environment["PYTHONPATH"] == f"{LIB_MOUNT}:/usr/local/Ascend/python"
+    assert spec.command[2].startswith("umask 0000; ")
+    assert not example_container(run, ImageDefaults(user="0:0")).command[2].startswith("umask")
+    assert example_container(run).environment["PYTHONPATH"] == LIB_MOUNT
+
+
+@docker_test
+def test_an_image_that_runs_as_another_user_writes_its_output_and_keeps_its_pythonpath(
+    docker_client, base_image, tmp_path
+):
+    """CANN images may run as HwHiAiUser and set their Python paths with ENV: the example could
+    not write build_output/ into the run directory, and lost the image's PYTHONPATH."""
+    dockerfile = (
+        f"FROM {base_image}\nRUN mkdir /opt/img && echo 'WHERE = 1' > /opt/img/img_helper.py\n"
+        "ENV PYTHONPATH=/opt/img\nUSER nobody\n"
+    )
+    (tmp_path / "image").mkdir()
+    (tmp_path / "image" / "Dockerfile").write_text(dockerfile)
+    image, _ = docker_client.images.build(
+        path=str(tmp_path / "image"), rm=True, labels={LABEL: "1"}
+    )
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "check.py").write_text(
+        "import os, img_helper\n"
+        "os.makedirs('build_output/x', exist_ok=True)\n"
+        "open('build_output/x/out.txt', 'w').write('written')\n"
+        "print('[RUN] PASS', img_helper.WHERE)\n"
+    )
+    run = example(image.id, lib, tmp_path / "run")
+    run.script = "check.py"
+    try:
+        result = run_example(docker_client, run)
+    finally:
+        docker_client.images.remove(image.id, force=True)
+
+    assert result.exit_code == 0, result.output
+    assert "[RUN] PASS 1" in result.output
+    written = tmp_path / "run" / "build_output" / "x" / "out.txt"
+    assert written.read_text() == "written"
+    written.unlink()  # what the image's user wrote, the invoking user can remove
+    (tmp_path / "run" / "build_output" / "x").rmdir()
 
 
 @pytest.mark.parametrize("script", ["/abs/example.py", "../outside.py", ""])
