@@ -1019,9 +1019,8 @@ def reproduce(
             cache_dir=cache_dir,
         )
     OUT.print(f"recorded:   {original.verdict.value} {original.reason} ({original.run_id})")
-    OUT.print(
-        f"reproduced: {again.verdict.value} {again.reason} ({again.run_id}, {again.log_path})"
-    )
+    where = f", {again.log_path}" if again.log_path else ""
+    OUT.print(f"reproduced: {again.verdict.value} {again.reason} ({again.run_id}{where})")
     for line in compare_wheels(original, again):
         OUT.print(line)
     same = original.verdict == again.verdict
@@ -1275,15 +1274,24 @@ def _recorded_images(workdir: Path, images: bool, builders: bool) -> list[str]:
             "--workdir limits --images to one workdir's test images: add --images (containers "
             "left by killed runs go with `cleanup` alone)"
         )
+    if not workdir.is_dir():
+        raise BadInput(f"--workdir {workdir}: no such directory")
     path = ledger_path(workdir.resolve())
     if not path.is_file():
-        raise BadInput(f"no ledger in {workdir}: give the --workdir of a bisect")
+        return []  # a run that stopped before its first test (bad input): nothing recorded
     if in_use(path):
         raise BadInput(
             f"a run holds {workdir} now and uses its test images: clean up after it ends"
         )
+    # The sessions' ledgers, and those of the reproductions run on them (`reproduce` layers an
+    # image again when the recorded one is gone), with the sessions they backed up.
+    ledgers = [*earlier_sessions(path).values(), path]
+    root = workdir.resolve()
+    for repro in [root / "reproductions", *sorted(root.glob("sessions/*/reproductions"))]:
+        if (repro / path.name).is_file():
+            ledgers += [*earlier_sessions(repro / path.name).values(), repro / path.name]
     ids: list[str] = []
-    for ledger in [*earlier_sessions(path).values(), path]:
+    for ledger in ledgers:
         document = Ledger.read(ledger)
         ids += [a.image_id for a in document.attempts if a.image_id]
         ids += document.ahead_images
@@ -1401,7 +1409,12 @@ def builder_ls(
         OUT.print_json(data=rows)
         return
     for row in rows:
-        OUT.print(f"{row['id'][7:19]}  {row['created'][:19]}  {row['tools']}", markup=False)
+        base = row["base_name"] or row["base"][7:19]
+        python = f" ({row['python']})" if row["python"] != "python3" else ""
+        OUT.print(
+            f"{row['id'][7:19]}  {row['created'][:19]}  {base}{python}  {row['tools']}",
+            markup=False,
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

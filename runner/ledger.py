@@ -226,7 +226,8 @@ class LedgerDocument(_Strict):
         ]
 
     def named(self, run_id: str) -> list[Attempt]:
-        """The attempts a user names: by run id or its number (`7` or `007` for `007-...`),
+        """The attempts a user names: by run id or its number (`7` or `007` for `007-...`; a
+        number of four digits or more that also starts a pypto SHA is refused as ambiguous),
         else by a pypto SHA (prefix). A SHA names that commit's own attempts, the pypto level's
         (its verdict in the bisect) before those of the levels that ran it with other simpler
         commits, in recording order."""
@@ -239,7 +240,9 @@ class LedgerDocument(_Strict):
         if run_id.isdigit():
             numbered = [a for a in self.attempts if _run_number(a.run_id) == int(run_id)]
             commits = {a.pypto_sha for a in matches}
-            if numbered and commits and commits != {numbered[0].pypto_sha}:
+            # Under four digits it is a number: git abbreviates a SHA to four at the least.
+            short = len(run_id) < 4
+            if numbered and commits and commits != {numbered[0].pypto_sha} and not short:
                 raise BadInput(
                     f"{run_id!r} is both run {numbered[0].run_id} and a prefix of pypto "
                     f"{matches[0].pypto_sha[:12]}; give the whole run id or more of the SHA"

@@ -824,6 +824,11 @@ def reproduce(
         _existing_cache(cache_dir, "; for a check from cold, create an empty one")
     recorded = find_recorded(workdir, run_id, session, note)
     original = recorded.attempt
+    if original.verdict is Verdict.SKIP and original.reason.startswith(USER_SKIP):
+        raise BadInput(
+            f"attempt {original.run_id} is a commit --skip took as untestable: it was never "
+            "built or run, so there is nothing to reproduce"
+        )
     settings = load_saved_settings(workdir, recorded.settings)
     inputs = recorded.document.inputs
     moved = {"cache_dir": cache_dir.expanduser().resolve()} if cache_dir is not None else {}

@@ -711,6 +711,25 @@ def test_a_sha_with_several_attempts_says_which_one_export_takes(tmp_path):
     )
 
 
+def test_a_commit_skip_took_as_untestable_has_nothing_to_reproduce(tmp_path):
+    """It was never built: `reproduce` built and ran it, and called the verdict changed (a
+    commit skipped because its build hangs would hang). `export` refuses it too."""
+    from runner.errors import USER_SKIP
+    from runner.ledger import Ledger
+    from tests.fixtures.attempts import recorded
+    from tests.test_ledger import make_inputs
+
+    workdir = tmp_path / "w"
+    with Ledger.open(workdir / "ledger.json", make_inputs(tmp_path), tool_version="0.1.0") as led:
+        led.record(recorded("001-ab12", pypto="ab12" + "0" * 36, verdict="skip", reason=USER_SKIP))
+
+    assert_one_line_error(
+        cli("reproduce", "1", "--workdir", str(workdir)),
+        2,
+        "attempt 001-ab12 is a commit --skip took as untestable",
+    )
+
+
 @pytest.mark.docker
 def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
     sample_factory, tmp_path, docker_client
@@ -747,13 +766,32 @@ def test_cleanup_of_one_workdir_removes_its_images_and_leaves_everything_else(
             for i in docker_client.images.list(filters={"label": f"{LABEL}.base-image={base.id}"})
         }
         assert recorded and recorded <= made and on_base - recorded, "test images and layers"
+        # `reproduce` layers an attempt's image again once it is gone: that image is the
+        # workdir's too (its reproductions' ledger records it).
+        tested = next(a for a in ledger["attempts"] if a["image_id"])
+        docker_client.images.remove(tested["image_id"], force=True)
+        again = cli("reproduce", tested["run_id"], "--workdir", str(workdir))
+        assert again.returncode == 0, again.stderr
+        repro = json.loads((workdir / "reproductions" / "ledger.json").read_text())
+        (relayered,) = {a["image_id"] for a in repro["attempts"]}
+        assert relayered and relayered != tested["image_id"]
+        on_base = {
+            i.id
+            for i in docker_client.images.list(filters={"label": f"{LABEL}.base-image={base.id}"})
+        }
 
         assert_one_line_error(
             cli("cleanup", "--workdir", str(workdir)), 2, "--workdir limits --images"
         )
         assert_one_line_error(
-            cli("cleanup", "--images", "--workdir", str(tmp_path / "none")), 2, "no ledger in"
+            cli("cleanup", "--images", "--workdir", str(tmp_path / "none")),
+            2,
+            "no such directory",
         )
+        # A workdir whose run stopped before its first test (bad input) recorded nothing.
+        (tmp_path / "stopped").mkdir()
+        nothing = cli("cleanup", "--images", "--workdir", str(tmp_path / "stopped"))
+        assert nothing.returncode == 0 and "and 0 images of" in nothing.stdout, nothing.stderr
         done = cli("cleanup", "--images", "--workdir", str(workdir))
         assert done.returncode == 0, done.stderr
         assert f"and {len(on_base)} images of {workdir}" in done.stdout

@@ -904,7 +904,7 @@ def test_a_sha_names_its_commits_own_verdict_and_an_ambiguous_prefix_is_refused(
         doc.named("ab")
 
 
-def test_a_run_number_names_its_run_unless_it_is_also_another_commits_sha_prefix(
+def test_a_short_run_number_names_its_run_and_a_longer_one_not_when_it_starts_a_sha(
     ledger_path: Path, inputs: SessionInputs
 ) -> None:
     first, second, third = "ab12" + "0" * 36, "0070" + "f" * 36, "0120" + "e" * 36
@@ -921,8 +921,11 @@ def test_a_run_number_names_its_run_unless_it_is_also_another_commits_sha_prefix
     assert doc.named("8") == []
     # Run 7 and the only commit starting 007 are one attempt: no reason to refuse it.
     assert [a.run_id for a in doc.named("007")] == ["007-0070ffff"]
-    with pytest.raises(BadInput, match="is both run 012-ab120000 and a prefix of pypto 0120"):
-        doc.named("012")
+    # Under four digits a number is a run's: git never abbreviates a SHA to fewer, and "5"
+    # starts some SHA in any history of a few dozen commits.
+    assert [a.run_id for a in doc.named("012")] == ["012-ab120000"]
+    assert [a.run_id for a in doc.named("12")] == ["012-ab120000"]
+    assert [a.run_id for a in doc.named("0120")] == ["009-0120eeee"]
 
 
 def test_limits_judge_an_attempt_from_its_figures_and_keep_the_examples_word():
