@@ -179,16 +179,25 @@ def gather_facts(
     facts.infrastructure, facts.earlier_infrastructure = infrastructure_faults(
         workdir / INFRASTRUCTURE_LOG, doc
     )
-    facts.bisect_log = bisect_log(doc, history, subjects)
+    facts.bisect_log = bisect_log(doc, history, subjects, culprit)
     return facts
 
 
-def bisect_log(doc: LedgerDocument, history: History, subjects: Mapping[str, str]) -> str:
+def bisect_log(
+    doc: LedgerDocument,
+    history: History,
+    subjects: Mapping[str, str],
+    boundary: str | None = None,
+) -> str:
     """The session's first level as a `git bisect log`, each tested commit's runs at its own
-    runtime pointer counted whichever stage recorded them."""
+    runtime pointer counted whichever stage recorded them, marked by their side of `boundary`
+    (the session's first bad commit) where given or where flaky runs contradict the order."""
     path = doc.inputs.submodule_path
     pins = {sha: history.gitlink(sha, path) for sha in {a.pypto_sha for a in doc.attempts}}
-    return to_git_bisect_log(doc, subjects, pins=pins)
+    order: list[str] | None = None
+    with contextlib.suppress(BadInput):
+        order = [doc.inputs.good, *history.first_parent_range(doc.inputs.good, doc.inputs.bad)]
+    return to_git_bisect_log(doc, subjects, pins=pins, order=order, boundary=boundary)
 
 
 def infrastructure_faults(log: Path, doc: LedgerDocument) -> tuple[list[str], list[str]]:

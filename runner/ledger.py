@@ -517,6 +517,8 @@ def to_git_bisect_log(
     *,
     pins: Mapping[str, str | None] | None = None,
     first_parent: bool = True,
+    order: Sequence[str] | None = None,
+    boundary: str | None = None,
 ) -> str:
     """A ``git bisect log`` of the pypto-level attempts, for ``git bisect replay``.
 
@@ -532,6 +534,12 @@ def to_git_bisect_log(
     replaying both verdicts of a flaky commit would leave it good and bad at once. A commit whose
     runs disagree gets a comment with the counts. The endpoints come from ``git bisect start``;
     attempts on them (endpoint checks) add nothing for git.
+
+    ``order``: the range's first-parent chain, oldest first. A flaky session's majorities can
+    contradict it (a good commit after a bad one), which git refuses to replay ("was both good
+    and bad"); then, and whenever ``boundary`` (the session's first bad commit) is given, every
+    tested commit is marked by its side of one boundary: ``boundary``, or the one fewest runs
+    disagree with. A commit marked against most of its runs says so in its comment.
     """
     subjects = subjects or {}
     good, bad = doc.inputs.good, doc.inputs.bad
@@ -555,18 +563,64 @@ def to_git_bisect_log(
         comment("good", good),
         f"git bisect start {option}'{bad}' '{good}'",
     ]
+    counts = {
+        sha: (
+            sum(a.verdict is Verdict.GOOD for a in seen),
+            sum(a.verdict is Verdict.BAD for a in seen),
+        )
+        for sha, seen in runs.items()
+    }
+    terms: dict[str, str] = {}
     for sha, seen in runs.items():
-        passes = sum(a.verdict is Verdict.GOOD for a in seen)
-        fails = sum(a.verdict is Verdict.BAD for a in seen)
         judged = [a.verdict for a in seen if a.verdict is not Verdict.SKIP]
-        term = Verdict.SKIP.value
+        passes, fails = counts[sha]
+        terms[sha] = Verdict.SKIP.value
         if judged:
-            term = (judged[-1] if passes == fails else max(judged, key=judged.count)).value
-        if passes and fails:
-            why = "the latest one's" if passes == fails else "most of them"
+            terms[sha] = (judged[-1] if passes == fails else max(judged, key=judged.count)).value
+    sides = _sides(order, counts, terms, boundary) if order is not None else None
+    for sha in runs:
+        passes, fails = counts[sha]
+        term = terms[sha]
+        why = "the latest one's" if passes == fails else "most of them"
+        if sides is not None and sha in sides[0] and term != Verdict.SKIP.value:
+            side = sides[0][sha]
+            if side != term or (passes and fails):
+                term, why = side, sides[1]
+        if (passes and fails) or term != terms[sha]:
             lines.append(f"# {passes} passing and {fails} failing runs: {term}, as {why}")
         lines += [comment(term, sha), f"git bisect {term} {sha}"]
     return "\n".join(lines) + "\n"
+
+
+def _sides(
+    order: Sequence[str],
+    counts: Mapping[str, tuple[int, int]],
+    terms: Mapping[str, str],
+    boundary: str | None,
+) -> tuple[dict[str, str], str] | None:
+    """Each tested commit's side of one boundary in `order` (see `to_git_bisect_log`), and why;
+    None when the majorities already agree with the order and no boundary is given."""
+    place = {sha: i for i, sha in enumerate(order)}
+    tested = sorted((place[sha], sha) for sha in counts if sha in place)
+    marks = [terms[sha] for _, sha in tested if terms[sha] != Verdict.SKIP.value]
+    ordered = marks == sorted(marks, key=lambda term: term == Verdict.BAD.value)
+    if boundary in place:
+        first, why = place[boundary], f"the session's first bad commit {boundary[:12]} puts it"
+    elif ordered:
+        return None
+    else:
+        # The boundary fewest runs disagree with: fails before it, passes from it on.
+        def disagreeing(k: int) -> int:
+            return sum(counts[sha][1] if i < k else counts[sha][0] for i, sha in tested)
+
+        # (among equals, a tested commit, so that the replay names it: the earliest)
+        first = min(
+            range(1, len(order)),
+            key=lambda k: (disagreeing(k), order[k] not in counts, k),
+        )
+        why = "the boundary fewest runs disagree with puts it"
+    sides = {sha: Verdict.GOOD.value if i < first else Verdict.BAD.value for i, sha in tested}
+    return sides, why
 
 
 _RUN_NUMBER = re.compile(r"^(\d+)-")

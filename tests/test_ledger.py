@@ -720,6 +720,43 @@ def test_a_commit_is_replayed_with_what_most_runs_at_its_own_pointer_said_at_any
     assert f"{c[5]} is the first bad commit" in replay(history, doc).stdout, "pypto stage only"
 
 
+def test_flaky_majorities_that_contradict_the_order_still_replay_to_one_boundary(
+    history: LinearHistory,
+) -> None:
+    """c4 failed twice and passed once, c5 passed twice and failed once (a flaky session): by
+    majority c5 is good after a bad c4, and git refused the log ("was both good and bad").
+    Marked by their side of one boundary, the session's when given, they replay."""
+    c = history.shas
+    verdicts = [(c[2], Verdict.GOOD), (c[6], Verdict.BAD), (c[5], Verdict.GOOD)]
+    verdicts += [(c[5], Verdict.GOOD), (c[5], Verdict.BAD), (c[4], Verdict.BAD)]
+    verdicts += [(c[4], Verdict.GOOD), (c[4], Verdict.BAD)]
+    doc = bisect_document(
+        history,
+        [make_attempt(f"r{i}", commit, verdict=v) for i, (commit, v) in enumerate(verdicts)],
+    )
+    log = history.path.parent / "bisect.log"
+
+    def replayed(**given: object) -> subprocess.CompletedProcess[str]:
+        log.write_text(to_git_bisect_log(doc, history.subjects, order=c, **given))  # type: ignore[arg-type]
+        history.git("bisect", "reset", check=False)
+        return history.git("bisect", "replay", str(log), check=False)
+
+    alone = replay(history, doc)  # by majority alone
+    assert "was both good and bad" in alone.stdout + alone.stderr
+    fewest = replayed()
+    assert fewest.returncode == 0, fewest.stderr
+    # Three runs disagree with c4 as the first bad commit, and with c6; four with c5.
+    assert history.git("rev-parse", "refs/bisect/bad").stdout.strip() == c[4]
+    assert "2 passing and 1 failing runs: bad, as the boundary fewest runs disagree" in (
+        log.read_text()
+    )
+    session = replayed(boundary=c[6])
+    assert session.returncode == 0, session.stderr
+    assert f"{c[6]} is the first bad commit" in session.stdout
+    said = f"1 passing and 2 failing runs: good, as the session's first bad commit {c[6][:12]}"
+    assert said in log.read_text()
+
+
 def test_an_unfinished_ledger_replays_to_the_same_open_bisect(history: LinearHistory) -> None:
     c = history.shas
     doc = bisect_document(
