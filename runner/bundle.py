@@ -111,7 +111,9 @@ def export_attempt(
             f"{attempt.reason}); only an attempt with a test image can be exported"
         )
     destination = destination.expanduser().absolute()
-    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
+    if destination.exists() and not destination.is_dir():
+        raise BadInput(f"--to {destination} is a file; name a new directory")
+    if destination.exists() and any(destination.iterdir()):
         raise BadInput(f"--to {destination} exists and is not empty; name a new directory")
     writable_directory(destination, "--to")
 
@@ -136,7 +138,10 @@ def export_attempt(
     attempt = judged(attempt, settings.tolerance()).model_copy(update={"image_id": image.id})
 
     created = not destination.exists()
-    destination.mkdir(parents=True, exist_ok=True)
+    try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--to {destination}: cannot create it ({exc.strerror or exc})") from None
     try:
         run = run_settings(prepared)
         spec = example_container(

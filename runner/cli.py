@@ -687,10 +687,13 @@ def _print_summary(report: dict, md_path: Path) -> None:
     source = report["source"]
     pypto = report["pypto"]
     carrier = (report.get("split") or {}).get("carrier")
-    OUT.print(f"regression source: {source}{source_also(source, carrier)}")
+    drifted = bool(report.get("drift"))
+    untrusted = " (not trusted: the environment drifted, see below)" if drifted else ""
+    OUT.print(f"regression source: {source}{source_also(source, carrier)}{untrusted}")
     if pypto["first_bad"]:
         commit = pypto.get("commit") or {}
-        OUT.print(f"first bad pypto commit: {pypto['first_bad']} {commit.get('subject', '')}")
+        which = "first bad pypto commit the search found" if drifted else "first bad pypto commit"
+        OUT.print(f"{which}: {pypto['first_bad']} {commit.get('subject', '')}")
         _print_confidence((report.get("confidence") or {}).get("pypto"), _threshold(report))
     else:
         OUT.print(f"the first bad pypto commit is one of {len(pypto['candidates'])}:")

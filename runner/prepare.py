@@ -357,12 +357,12 @@ def prepare(settings: Settings) -> Prepared:
     commits = history.first_parent_range(settings.known_good, settings.bad or "HEAD")
     _check_submodule_path(history, good, commits, settings)
     content: dict[str, str] = {}
-    for key, flag, root in (
-        ("ptoas_root", "--ptoas-root", settings.ptoas_root),
-        ("pto_isa_root", "--pto-isa-root", settings.pto_isa_root),
+    for key, root in (
+        ("ptoas_root", settings.ptoas_root),
+        ("pto_isa_root", settings.pto_isa_root),
     ):
         if root is not None and not root.expanduser().is_dir():
-            raise BadInput(f"{flag} {root}: no such directory")
+            raise BadInput(f"{settings.given_as(key)} {root}: no such directory")
         if root is not None:
             content[key] = tree_digest(root.expanduser())
     # The tool's own directories are no part of pypto-lib when a run starts from inside it.

@@ -288,7 +288,12 @@ def _devices(doc: LedgerDocument) -> str:
     if placed:
         return f"device{'s' if len(placed) > 1 else ''} {', '.join(placed)} (placed by Ray)"
     now = doc.inputs.devices
-    earlier = [d for d in dict.fromkeys(a.device for a in doc.attempts if a.device) if d not in now]
+    # (a test on several cards, --cards-per-test, records them as "0,1")
+    earlier = [
+        d
+        for d in dict.fromkeys(a.device for a in doc.attempts if a.device)
+        if not set(d.split(",")) <= set(now)
+    ]
     if earlier:  # a resumed session may run on other cards than its first runs did
         return f"device {','.join(now)} (earlier runs also on {', '.join(earlier)})"
     return f"device {','.join(now)}"
@@ -972,7 +977,7 @@ def build_markdown(
     rate = stats["ccache"]["hit_rate"]
     lines += [
         "",
-        f"{stats['tests']} tests in {stats['rounds']} rounds, builds: "
+        f"{counted(stats['tests'], 'test')} in {counted(stats['rounds'], 'round')}, builds: "
         + ", ".join(
             f"{package} {count}"
             + (

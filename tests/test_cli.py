@@ -86,6 +86,19 @@ def test_a_missing_submodule_clone_is_named_as_given(sample, tmp_path, extra, fr
     assert_one_line_error(cli(*args_with(sample, tmp_path), *extra), 2, fragment)
 
 
+def test_a_missing_directory_from_the_config_file_or_environment_is_named_as_set(sample, tmp_path):
+    config = tmp_path / "bisect-precision.toml"
+    config.write_text('pto_isa_root = "/no/such/isa"\n')
+    args = run_args(sample, tmp_path / "w", tmp_path / "c")
+    from_file = cli(*args, "--config", str(config))
+    assert_one_line_error(from_file, 2, "pto_isa_root", "/no/such/isa: no such directory")
+    assert "--pto-isa-root" not in from_file.stderr
+    from_env = cli(*args, env={"BISECT_PRECISION_PTOAS_ROOT": "/no/such/ptoas"})
+    assert_one_line_error(
+        from_env, 2, "BISECT_PRECISION_PTOAS_ROOT", "/no/such/ptoas: no such directory"
+    )
+
+
 def test_good_equal_to_bad_is_refused(sample, tmp_path):
     args = args_with(sample, tmp_path, good=sample.pypto_shas[-1])
     assert_one_line_error(cli(*args), 2, "same commit")

@@ -49,3 +49,36 @@ def test_low_confidence_and_drift_are_printed_as_such(capsys):
     out = capsys.readouterr().out
     assert "inconclusive: low confidence; candidates: cccccccccccc 60%, dddddddddddd 30%" in out
     assert f"warning: {drift}" in out
+
+
+def test_a_culprit_found_before_the_environment_drifted_is_not_headlined_as_the_answer(capsys):
+    level = {
+        "probability": 0.035,
+        "runner_up": {"sha": OTHER, "probability": 0.686},
+        "false_fail": 0.2,
+        "false_pass": 0.1,
+        "low_confidence": None,
+    }
+    drifted = {**report(level, CULPRIT, []), "drift": ["the known-good commit"]}
+    _print_summary(drifted, Path("report.md"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "regression source: pypto (not trusted: the environment drifted, see below)"
+    assert lines[1].startswith(f"first bad pypto commit the search found: {CULPRIT}")
+
+
+def test_the_devices_of_tests_on_several_cards_are_not_taken_for_earlier_runs() -> None:
+    from datetime import datetime, timezone
+
+    from runner.ledger import LedgerDocument
+    from runner.report import _devices
+    from tests.fixtures.attempts import recorded
+    from tests.test_ledger import make_inputs
+
+    inputs = make_inputs(Path("/tmp"), devices=["0", "1", "2", "3"])
+    attempts = [recorded("001", device="0,1"), recorded("002", device="2,3")]
+    doc = LedgerDocument(
+        tool_version="0", created_at=datetime.now(timezone.utc), inputs=inputs, attempts=attempts
+    )
+    assert _devices(doc) == "device 0,1,2,3"
+    moved = doc.model_copy(update={"attempts": [*attempts, recorded("003", device="4,5")]})
+    assert _devices(moved) == "device 0,1,2,3 (earlier runs also on 4,5)"
