@@ -702,8 +702,8 @@ def _serialize(document: LedgerDocument) -> str:
 
 # Only `run` starts sessions: `status`, `report` and the others have no --new-session.
 _START_OVER = (
-    "move it aside, or start over with `run ... --new-session` (which keeps the old file as a "
-    "backup)"
+    "move it aside, or start over with `run ... --new-session` (which keeps the old file as "
+    "<name>.<time>.damaged)"
 )
 _EARLIER = (
     "it is an earlier session's copy, which no run writes: move it aside to drop that session"
@@ -778,10 +778,17 @@ def _check_same_session(path: Path, recorded: SessionInputs, wanted: SessionInpu
 
 
 def _back_up(path: Path) -> Path:
-    """Move ``path`` aside without ever replacing an earlier backup."""
+    """Move ``path`` aside without ever replacing an earlier backup. A ledger that cannot be
+    read goes aside as ``.damaged``: kept, but no earlier session (status, report, reproduce and
+    cleanup of the workdir would each stop on it)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    suffix = ".bak"
+    try:
+        _load(path)
+    except LedgerError:
+        suffix = ".damaged"
     for n in range(1000):
-        backup = path.with_name(f"{path.name}.{stamp if n == 0 else f'{stamp}-{n}'}.bak")
+        backup = path.with_name(f"{path.name}.{stamp if n == 0 else f'{stamp}-{n}'}{suffix}")
         try:
             # A hard link fails when the name is taken, where a rename would silently clobber.
             os.link(path, backup, follow_symlinks=False)

@@ -292,11 +292,16 @@ def test_a_file_that_is_not_json_is_refused_and_left_untouched(
     # the refusal released the lock, and --new-session sets the damaged file aside as it was
     with Ledger.open(ledger_path, inputs, tool_version="0.1.0", new_session=True) as ledger:
         assert ledger.document.attempts == []
-    (backup,) = ledger_path.parent.glob("ledger.json.*.bak")
+    # kept as it was, but as no earlier session: status, report, reproduce and cleanup of
+    # the workdir read every earlier session, and each stopped on it
+    (backup,) = ledger_path.parent.glob("ledger.json.*.damaged")
     assert backup.read_bytes() == before
-    # read as that earlier session: nothing to start over, only a copy to drop
+    assert earlier_sessions(ledger_path) == {}
+    # an earlier session's copy damaged later: nothing to start over, only a copy to drop
+    copy = ledger_path.with_name("ledger.json.20250101T000000Z.bak")
+    copy.write_bytes(before)
     with pytest.raises(LedgerError) as raised:
-        Ledger.read(backup)
+        Ledger.read(copy)
     assert "earlier session's copy, which no run writes" in str(raised.value)
     assert "--new-session" not in str(raised.value)
 
