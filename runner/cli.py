@@ -972,17 +972,21 @@ def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOp
     from runner.findings import bisect_log
     from runner.history import History
     from runner.ledger import Ledger, earlier_session, to_git_bisect_log
-    from runner.workflow import ledger_path
+    from runner.workflow import ledger_path, replay
 
     with guarded():
-        path = ledger_path(_workdir(workdir, config).resolve())
+        folder = _workdir(workdir, config).resolve()
+        path = ledger_path(folder)
         document = Ledger.read(path if session is None else earlier_session(path, session))
     text = None
     with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone still replay
         tested = {a.pypto_sha for a in document.attempts}
         history = History(Path(document.inputs.pypto_repo))
         subjects = history.subjects(tested | {document.inputs.good, document.inputs.bad})
-        text = bisect_log(document, history, subjects)
+        boundary = None
+        with suppress(BisectError, OSError):  # the session's answer, as the report gives it
+            boundary = replay(folder, session=session).outcome.pypto.first_bad
+        text = bisect_log(document, history, subjects, boundary)
     OUT.print(text or to_git_bisect_log(document), markup=False, end="")
 
 
