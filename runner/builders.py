@@ -67,7 +67,7 @@ Echo = Callable[[str], None]
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 BUILDER_KIND = "builder"
 KEY_LABEL = f"{LABEL}.builder-key"
-_RECIPE_VERSION = 2  # 2: installed through the base image's entrypoint
+_RECIPE_VERSION = 1
 _TEMPLATE = "builder.Dockerfile.j2"
 _WHEELS_IN_IMAGE = "/tmp/bisect-build-wheels"
 _INDEX_TIMEOUT = 30.0
@@ -993,7 +993,13 @@ class Provisioner:
             return cached  # still in the engine: someone may have pruned it meanwhile
         wheels_dir = self.download(resolution, where)
         names = tuple(sorted(p.name for p in wheels_dir.glob("*.whl")))
-        key = _builder_key(self.base_image_id, self.python, wheels_dir, names)
+        key = _builder_key(
+            self.base_image_id,
+            self.python,
+            bool(base_entrypoint(self.client, self.base_image_id)),
+            wheels_dir,
+            names,
+        )
         image_id = find_builder(self.client, key)
         built = False
         if image_id is None:
@@ -1146,10 +1152,16 @@ class Provisioner:
             shutil.rmtree(context, ignore_errors=True)
 
 
-def _builder_key(base_image_id: str, python: str, wheels_dir: Path, names: Sequence[str]) -> str:
-    """The builder's identity: base image, the interpreter the tools go into, and the wheels."""
+def _builder_key(
+    base_image_id: str, python: str, entrypoint: bool, wheels_dir: Path, names: Sequence[str]
+) -> str:
+    """The builder's identity: base image, the interpreter the tools go into (installed through
+    the image's `entrypoint`, where it has one), and the wheels. A base without an entrypoint
+    and `python3` keep the keys of the builders made before either counted, and their wheels."""
     digest = hashlib.sha256()
-    digest.update(f"recipe {_RECIPE_VERSION}\nbase {base_image_id}\npython {python}\n".encode())
+    digest.update(f"recipe {_RECIPE_VERSION}\nbase {base_image_id}\n".encode())
+    if python != "python3" or entrypoint:
+        digest.update(f"python {python}\nthrough the entrypoint {entrypoint}\n".encode())
     for name in names:
         digest.update(name.encode() + b"\0")
         digest.update(hashlib.sha256((wheels_dir / name).read_bytes()).digest())
