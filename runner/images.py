@@ -491,7 +491,12 @@ class _Layering:
     ) -> BisectError:
         tail = _tail(result.output.splitlines())
         shadowed = next(
-            (ln.split()[1:] for ln in result.output.splitlines() if ln.startswith(SHADOWED)), None
+            (
+                ln.split(maxsplit=2)[1:]
+                for ln in result.output.splitlines()
+                if ln.startswith(SHADOWED)
+            ),
+            None,
         )
         if result.exit_code == SHADOWED_EXIT and shadowed:
             top, where = [*shadowed, "-", "-"][:2]
