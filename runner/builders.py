@@ -92,6 +92,21 @@ if shutil.which("cmake"):
         cmake = words[2] if words[:2] == ["cmake", "version"] and len(words) > 2 else None
     except Exception:
         cmake = None
+# A pypto or simpler on the image's PYTHONPATH comes before any site directory the tested
+# wheels go into: every test would import it (an editable install is replaced by the wheel).
+import importlib.util
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+paths = [os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+shadowing = {}
+for name in ("pypto", "simpler"):
+    try:
+        found = importlib.util.find_spec(name)
+    except Exception:
+        found = None
+    where = found and (found.origin or next(iter(found.submodule_search_locations or []), None))
+    if where and os.path.exists(where):
+        if any(os.path.realpath(where).startswith(p + os.sep) for p in paths):
+            shadowing[name] = where
 print("BISECT-PROBE " + json.dumps({
     "python": "%d.%d" % sys.version_info[:2],
     "implementation": sys.implementation.name,
@@ -103,6 +118,7 @@ print("BISECT-PROBE " + json.dumps({
     "cmake": cmake,
     "headers": os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")),
     "include": sysconfig.get_paths()["include"],
+    "shadowing": shadowing,
     "env": {k: v for k, v in os.environ.items() if k.startswith(("ASCEND", "BISECT_TEST"))},
 }))
 """
@@ -250,6 +266,9 @@ class ImageTraits:
     cmake: str | None = None  # `cmake --version`'s number, when the image has cmake
     headers: bool = True  # Python.h where native builds look for it (`include`)
     include: str = ""
+    # pypto or simpler found outside the site directories (import name -> where): every test
+    # would import that copy rather than the tested wheel
+    shadowing: Mapping[str, str] = field(default_factory=dict)
 
     def pip_target_args(self) -> list[str]:
         """`pip download` options that select wheels for this image, not for the host."""
@@ -317,6 +336,7 @@ class ImageTraits:
             "cmake": self.cmake,
             "headers": self.headers,
             "include": self.include,
+            "shadowing": dict(self.shadowing),
         }
 
     @classmethod
@@ -333,6 +353,7 @@ class ImageTraits:
             cmake=str(data["cmake"]) if data.get("cmake") else None,
             headers=bool(data.get("headers", True)),
             include=str(data.get("include") or ""),
+            shadowing=dict(data.get("shadowing") or {}),  # type: ignore[call-overload]
         )
 
 
@@ -904,6 +925,14 @@ class Provisioner:
         self.python = python
         self.echo = echo
         self.traits = probe_image(client, base_image_id, cache_root, python=python, name=base_image)
+        if self.traits.shadowing:
+            name, where = sorted(self.traits.shadowing.items())[0]
+            raise BadInput(
+                f"the base image {_named(base_image, base_image_id)} has its own {name} at "
+                f"{where} on its PYTHONPATH, which `{python}` imports before any installed "
+                "wheel: every test would run that copy; remove it from the base image (or from "
+                "its PYTHONPATH)"
+            )
         self._builders: dict[str, Builder] = {}
         # The tests of a round look builders up at once: one makes a missing image, the
         # others then find it (the legacy builder must not build one image twice at once).

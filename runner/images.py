@@ -100,13 +100,18 @@ def render_template(name: str, **values: object) -> str:
     return env.from_string(_template_text(name)).render(**values)
 
 
-def image_tag(pypto_sha: str, simpler_sha: str | None, base_image_id: str) -> str:
-    """The name a test image is made under: its commits and base image, so the same pair
-    tested on another base (a CANN upgrade, say) does not take the tag and leave the first
-    image nameless."""
+def image_tag(
+    pypto_sha: str, simpler_sha: str | None, base_image_id: str, python: str = "python3"
+) -> str:
+    """The name a test image is made under: its commits, base image and interpreter (when not
+    python3), so the same pair tested on another base (a CANN upgrade, say) or with another
+    --python does not take the tag and leave the first image nameless."""
     base = base_image_id.split(":")[-1][:12]
     simpler = simpler_sha[:12] if simpler_sha else "none"
-    return f"{IMAGE_REPOSITORY}:{pypto_sha[:12]}-{simpler}-{base}"
+    interpreter = (
+        "" if python == "python3" else f"-{hashlib.sha256(python.encode()).hexdigest()[:8]}"
+    )
+    return f"{IMAGE_REPOSITORY}:{pypto_sha[:12]}-{simpler}-{base}{interpreter}"
 
 
 def image_labels(
@@ -239,7 +244,7 @@ def ensure_test_image(
     if (simpler_sha is None) != (simpler_wheel is None):
         raise BisectError("give both simpler_sha and simpler_wheel, or neither")
     started = time.monotonic()
-    tag = image_tag(pypto_sha, simpler_sha, base_image_id)
+    tag = image_tag(pypto_sha, simpler_sha, base_image_id, python)
     try:
         digests = {"pypto": file_sha256(pypto_wheel)}
         if simpler_wheel is not None:

@@ -763,6 +763,34 @@ def test_build_tools_go_into_the_python_the_entrypoint_runs_and_builders_are_per
 
 
 @pytest.mark.docker
+def test_a_base_image_with_pypto_on_its_pythonpath_is_refused_before_any_build(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Every test would import that copy; the layering's own check would find it too, but
+    only after the first wheel was built (minutes of C++ on a real tree)."""
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        f"FROM {base_image}\nRUN mkdir -p /opt/dev/pypto && touch /opt/dev/pypto/__init__.py\n"
+        "ENV PYTHONPATH=/opt/dev\n"
+    )
+    image, _ = docker_client.images.build(path=str(tmp_path / "ctx"), rm=True, forcerm=True)
+    try:
+        with pytest.raises(BadInput) as raised:
+            Provisioner(
+                docker_client,
+                base_image_id=image.id,
+                cache_root=tmp_path,
+                sources=PackageSources(wheelhouse=wheelhouse),
+                base_image="dev-image:latest",
+            )
+    finally:
+        docker_client.images.remove(image.id, force=True)
+    said = str(raised.value)
+    assert said.startswith(f"the base image dev-image:latest ({image.id[:19]}) has its own pypto")
+    assert "/opt/dev/pypto/__init__.py on its PYTHONPATH" in said
+
+
+@pytest.mark.docker
 def test_the_image_probe_asks_each_interpreter_not_only_each_image(
     docker_client: docker.DockerClient, base_image: str, tmp_path: Path
 ) -> None:
