@@ -45,6 +45,9 @@ _STATS_LOG = "/out/.ccache-stats.log"
 # What ccache needs to serve neighbouring commits: a launcher for CMake (simpler's CMake sets
 # none), paths relative to the fixed build directory, and scikit-build-core's build tree at a
 # fixed place instead of a fresh temporary directory per build.
+ZIP_EPOCH = 315532800
+"""1980-01-01T00:00:00Z: the earliest time a ZIP archive (a wheel) can hold; wheel builders refuse
+a SOURCE_DATE_EPOCH before it."""
 CCACHE_ENVIRONMENT = {
     "CCACHE_DIR": "/ccache",
     "CCACHE_BASEDIR": _BUILD_DIR,
@@ -680,7 +683,12 @@ def builder_spec(
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_ROOT_USER_ACTION": "ignore",
-        **({"SOURCE_DATE_EPOCH": str(source_date)} if source_date is not None else {}),
+        # (no earlier than 1980: a ZIP archive, which a wheel is, cannot hold an older time)
+        **(
+            {"SOURCE_DATE_EPOCH": str(max(source_date, ZIP_EPOCH))}
+            if source_date is not None
+            else {}
+        ),
         **CCACHE_ENVIRONMENT,
         **settings.environment,
     }

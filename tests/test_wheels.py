@@ -27,6 +27,7 @@ from runner.wheels import (
     WheelCache,
     WheelResult,
     build_wheel,
+    builder_spec,
     last_error_line,
     ran_out_of_space,
 )
@@ -679,6 +680,27 @@ def test_a_killed_builds_staging_directory_is_swept_once_nobody_builds_its_key(
     cache.sweep_leftovers()
     assert not staging.exists()
     assert other.is_dir(), "a directory of unknown use is kept until it is a day old"
+
+
+@pytest.mark.parametrize(
+    ("committed", "epoch"), [(1_700_000_000, "1700000000"), (157_766_400, "315532800")]
+)
+def test_a_build_is_dated_by_its_commit_but_no_earlier_than_a_zip_can_hold(
+    committed: int, epoch: str, tmp_path: Path
+) -> None:
+    """A commit dated 1975 (a rewritten date) failed to build with the wheel tools of its
+    era: "ZIP does not support timestamps before 1980". It is dated 1980-01-01 instead."""
+    spec = builder_spec(
+        "simpler",
+        "a" * 40,
+        "k",
+        BuildSettings(base_image="b", base_image_id="sha256:b"),
+        src=tmp_path / "src",
+        out=tmp_path / "out",
+        ccache_dir=tmp_path / "ccache",
+        source_date=committed,
+    )
+    assert spec.environment["SOURCE_DATE_EPOCH"] == epoch
 
 
 @pytest.mark.docker
