@@ -11,13 +11,11 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import shutil
 import socket
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from datetime import date, datetime
 from pathlib import Path
@@ -54,6 +52,7 @@ from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.wheels import BuildSettings, WheelCache, build_wheel
 from tests.fixtures.cli import cli, run_args
+from tests.fixtures.docker import build_from_text
 from tests.fixtures.index import Index, serving
 from tests.fixtures.samples import SMALL
 
@@ -714,29 +713,20 @@ def test_build_tools_go_into_the_python_the_entrypoint_runs_and_builders_are_per
     the entrypoint's PATH, `--python /opt/py/bin/python3` names the same Python: another
     builder, since the tools go into another interpreter."""
     entry = b'#!/bin/sh\nexport PATH=/opt/py/bin:$PATH\nexec "$@"\n'
-    dockerfile = (
+    base = build_from_text(
+        docker_client,
         f"FROM {base_image}\nCOPY entry.sh /entry.sh\n"
         "RUN chmod 755 /entry.sh && python3 -m venv /opt/py\n"
-        'ENTRYPOINT ["/entry.sh"]\n'
-    ).encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), ("entry.sh", entry)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    tag = (
-        f"bisect-precision-test/venv-entry:{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12]}"
+        'ENTRYPOINT ["/entry.sh"]\n',
+        {"entry.sh": entry},
     )
-    base, _ = docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
     made: list[str] = []
     try:
         builders = []
         for python in ("python3", "/opt/py/bin/python3"):
             provisioner = Provisioner(
                 docker_client,
-                base_image_id=base.id,
+                base_image_id=base,
                 cache_root=tmp_path,
                 sources=PackageSources(wheelhouse=wheelhouse),
                 python=python,
@@ -757,7 +747,7 @@ def test_build_tools_go_into_the_python_the_entrypoint_runs_and_builders_are_per
             )
             assert result.exit_code == 0 and "/opt/py/lib/" in result.output, result.output
     finally:
-        for image_id in [*made, base.id]:
+        for image_id in [*made, base]:
             with contextlib.suppress(docker.errors.NotFound):
                 docker_client.images.remove(image_id, force=True)
 

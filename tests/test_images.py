@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import secrets
 import socket
-import tarfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +31,7 @@ from runner.images import (
 )
 from runner.sample.packages import write_pypto, write_simpler
 from runner.wheels import BuildSettings, WheelCache, build_wheel
+from tests.fixtures.docker import build_from_text
 
 # Unique per test run, so images of concurrent runs never collide and cleanup finds only ours.
 RUN = secrets.token_hex(4)
@@ -294,29 +293,16 @@ def test_a_pypto_from_before_the_runtime_submodule_gets_an_image_without_simpler
 def entrypoint_base(docker_client: docker.DockerClient, base_image: str) -> str:
     """A CANN-like base: its ENTRYPOINT prepares the environment and then runs the command."""
     entry = b'#!/bin/sh\nexport BISECT_ENTRY="set_env.sh sourced"\nexec "$@"\n'
-    dockerfile = (
+    return _build_base(
+        docker_client,
+        ENTRYPOINT_BASE,
         f"FROM {base_image}\n"
         "COPY entry.sh /entry.sh\n"
         "RUN chmod 755 /entry.sh\n"
         'ENTRYPOINT ["/entry.sh"]\n'
-        "USER nobody\n"
-    ).encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), ("entry.sh", entry)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    image, _ = docker_client.images.build(
-        fileobj=context,
-        custom_context=True,
-        tag=ENTRYPOINT_BASE,
-        rm=True,
-        forcerm=True,
-        labels={LABEL: "1", f"{LABEL}.test-run": RUN},
+        "USER nobody\n",
+        {"entry.sh": entry},
     )
-    return image.id
 
 
 @pytest.mark.docker
@@ -574,22 +560,10 @@ def test_the_layer_installer_puts_every_file_where_pip_does_and_hands_the_rest_t
 def _build_base(
     client: docker.DockerClient, tag: str, dockerfile: str, files: dict[str, bytes]
 ) -> str:
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    image, _ = client.images.build(
-        fileobj=context,
-        custom_context=True,
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        labels={LABEL: "1", f"{LABEL}.test-run": RUN},
+    """A base image of this test run (removed with the run's images)."""
+    return build_from_text(
+        client, dockerfile, files, tag=tag, labels={LABEL: "1", f"{LABEL}.test-run": RUN}
     )
-    return image.id
 
 
 @pytest.fixture(scope="module")
