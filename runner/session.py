@@ -1288,8 +1288,8 @@ class Session:
                 f"pypto {first.candidates[unread][:12]} pins simpler "
                 f"{(self.gitlink(first.candidates[unread]) or '')[:12]}, which no source given "
                 f"holds, so it may already have brought the simpler culprit: the pypto commit "
-                f"to blame is one of {first.candidates[unread][:12]}..{blamed[:12]} (give a "
-                "--submodule-source that has it to tell)"
+                f"to blame is one of {first.candidates[unread][:12]}..{blamed[:12]} (give "
+                "--simpler a clone that has it to tell)"
             )
             first.found, first.inconclusive = None, (unread, first.found)
             outcome.change, outcome.split = None, None

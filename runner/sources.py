@@ -601,8 +601,9 @@ class SourceExporter:
             named.append(f"{repo.display} commit {sha[:12]} (not in {where})")
         return SourceUnavailable(
             f"source unavailable: {len(missing)} submodule commits are not in the local "
-            f"checkout: {'; '.join(named)}; fetch each there, pass --submodule-source PATH=DIR "
-            "with a clone that has it, or --omit-submodule PATH if the build does not need it",
+            f"checkout: {'; '.join(named)}; fetch each there, or pass a clone that has it "
+            f"(--simpler DIR for {self._runtime}, --submodule-source PATH=DIR for another, "
+            "which --omit-submodule PATH leaves out if the build does not need it)",
             submodule=missing[0][0].display,
         )
 

@@ -321,6 +321,7 @@ def test_every_unfetched_submodule_pin_is_named_in_one_error(
     assert f"{RUNTIME_PATH} commit {unfetched[:12]} (not in .git/modules/simpler)" in message
     assert f"{LIBBACKTRACE_PATH} commit {lbt[:12]}" in message
     assert "--submodule-source PATH=DIR" in message and "\n" not in message
+    assert f"--simpler DIR for {RUNTIME_PATH}" in message
 
     # One given clone supplies the runtime's: only libbacktrace's is left, in the usual words.
     given = SourceExporter(
