@@ -53,7 +53,13 @@ from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
 from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
-from runner.images import base_entrypoint, base_user, build_image, render_template
+from runner.images import (
+    base_entrypoint,
+    base_user,
+    build_image,
+    list_images,
+    render_template,
+)
 from runner.wheels import ran_out_of_space, write_json_atomic
 
 if sys.version_info >= (3, 11):
@@ -1207,7 +1213,7 @@ _UNREACHABLE = re.compile(
 
 def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
     try:
-        return client.images.list(filters={"label": label})
+        return list_images(client, {"label": label})
     except ENGINE_ERRORS as exc:
         raise InfrastructureError(
             f"the Docker Engine failed to list builder images: {exc}"

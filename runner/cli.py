@@ -1230,7 +1230,7 @@ def cleanup(
     made; an image a running container uses stays)."""
     from runner.builders import BUILDER_KIND
     from runner.execute import KIND_LABEL, LABEL, connect, remove_stale_containers
-    from runner.images import remove_image, remove_recorded
+    from runner.images import list_images, remove_image, remove_recorded
 
     with guarded():
         recorded = None if workdir is None else _recorded_images(workdir, images, builders)
@@ -1253,7 +1253,7 @@ def cleanup(
         if images or builders:
             tool_images = [
                 image
-                for image in client.images.list(filters={"label": f"{LABEL}=1"})
+                for image in list_images(client, {"label": f"{LABEL}=1"})
                 if (image.labels.get(KIND_LABEL) == BUILDER_KIND and builders)
                 or (image.labels.get(KIND_LABEL) != BUILDER_KIND and images)
             ]

@@ -135,6 +135,17 @@ def image_labels(
     }
 
 
+def list_images(client: docker.DockerClient, filters: Mapping[str, object]) -> list[Image]:
+    """`images.list`, which inspects each image it lists: one removed meanwhile (a cleanup, a
+    prune by another user) makes it fail, so it lists again."""
+    for _ in range(4):
+        try:
+            return client.images.list(filters=dict(filters))
+        except docker.errors.ImageNotFound:
+            continue
+    return client.images.list(filters=dict(filters))
+
+
 def find_test_image(
     client: docker.DockerClient, labels: Mapping[str, str], tag: str | None = None
 ) -> str | None:
@@ -157,7 +168,7 @@ def find_test_image(
             return str(named["Id"])
     filters = {"label": [f"{name}={value}" for name, value in labels.items()]}
     try:
-        found = client.images.list(filters=filters)
+        found = list_images(client, filters)
     except docker.errors.DockerException as exc:
         raise InfrastructureError(f"cannot list images from the Docker Engine: {exc}") from exc
     return found[0].id if found else None

@@ -637,3 +637,23 @@ def test_a_base_image_with_its_own_copy_on_its_path_is_refused(
     said = str(raised.value)
     assert "has its own pypto at /opt/shadow/pypto/__init__.py" in said, said
     assert "\n" not in said
+
+
+def test_listing_images_goes_on_when_one_is_removed_while_it_is_listed() -> None:
+    """`images.list` inspects each image it lists; a cleanup or prune elsewhere that removes one
+    in between failed the listing, and with it a test's image lookup or `cleanup`."""
+    from types import SimpleNamespace
+
+    from runner.images import list_images
+
+    calls: list[dict] = []
+
+    def listing(filters: dict) -> list[str]:
+        calls.append(filters)
+        if len(calls) == 1:
+            raise docker.errors.ImageNotFound("no such image: sha256:gone")
+        return ["image"]
+
+    client = SimpleNamespace(images=SimpleNamespace(list=listing))
+    assert list_images(client, {"label": "x=1"}) == ["image"]  # type: ignore[arg-type]
+    assert calls == [{"label": "x=1"}, {"label": "x=1"}]
