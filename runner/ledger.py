@@ -755,8 +755,8 @@ def _load(path: Path) -> LedgerDocument:
 
 _FIELD_MEANING = {
     "settings_digest": (
-        "settings_digest (build/run settings, the example's text, its pypto-lib files, or the "
-        "contents of --ptoas-root or --pto-isa-root changed)"
+        "settings_digest (build/run settings, the example's text or its pypto-lib files "
+        "changed, or what --ptoas-root or --pto-isa-root hold did)"
     ),
 }
 

@@ -356,7 +356,8 @@ def test_a_ledger_for_other_inputs_is_refused_naming_what_differs(
         Ledger.open(ledger_path, other, tool_version="0.1.0")
     message = str(refused.value)
     assert "bad: " in message and sha("other-bad") in message
-    assert "settings_digest (build/run settings, the example's text, its pypto-lib" in message
+    assert "settings_digest (build/run settings, the example's text or its pypto-lib" in message
+    assert "or what --ptoas-root or --pto-isa-root hold did" in message
     assert "'sha256:settings-v1' -> 'sha256:settings-v2'" in message
     assert "platform" not in message and "good:" not in message
     assert "pass --new-session to start over (the old ledger is kept as a backup)" in message
