@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import html.parser
 import json
@@ -425,7 +426,7 @@ def probe_image(
     line = next((ln for ln in result.output.splitlines() if ln.startswith("BISECT-PROBE ")), None)
     if result.exit_code != 0 or line is None:
         tail = " ".join(result.output.strip().splitlines()[-2:])[:200] or "no output"
-        entrypoint = (client.images.get(image_id).attrs.get("Config") or {}).get("Entrypoint")
+        entrypoint = base_entrypoint(client, image_id)
         through = (
             f" through its entrypoint {' '.join(entrypoint)} (which must end by running the "
             "command it is given)"
@@ -815,15 +816,12 @@ def _choose(
                 f"no release of {name} in {where_from} satisfies the build requirement "
                 f"{str(requirement)!r} (newest there: {max(known)})"
             )
+            message = f"{where}: {detail}; pin another version with build_pins (--build-pin)"
             if sources.wheelhouse is None and not sources.unreachable:
                 # The index has the project and answered: the commit asks for what does not
                 # exist, so it cannot be built as it is (a skip between the range's ends).
-                raise UnbuildableCommit(
-                    f"{where}: {detail}; pin another version with build_pins (--build-pin)",
-                    where.split()[0],
-                    detail,
-                )
-            raise BadInput(f"{where}: {detail}; pin another version with build_pins (--build-pin)")
+                raise UnbuildableCommit(message, where.split()[0], detail)
+            raise BadInput(message)
         if sources.unreachable and not sources.wheelhouse:
             index, why = next(iter(sources.unreachable.items()))
             raise BadInput(
@@ -944,6 +942,12 @@ class Provisioner:
         # others then find it (the legacy builder must not build one image twice at once).
         self._making = threading.Lock()
 
+    @functools.cached_property
+    def entrypoint(self) -> list[str]:
+        """The base image's ENTRYPOINT, which the builder's install runs through: read once,
+        when the first builder is looked up (a builder's key and its Dockerfile both need it)."""
+        return base_entrypoint(self.client, self.base_image_id)
+
     def require_compiler(self, resolution: Resolution, where: str) -> None:
         """Stop before the first step when a commit builds native code and the image has no
         C++ compiler: every build would fail, and each failure would read as the commit's own
@@ -1031,7 +1035,7 @@ class Provisioner:
         key = _builder_key(
             self.base_image_id,
             self.python,
-            bool(base_entrypoint(self.client, self.base_image_id)),
+            bool(self.entrypoint),
             wheels_dir,
             names,
         )
@@ -1156,14 +1160,13 @@ class Provisioner:
                 f"&& rm -rf {_WHEELS_IN_IMAGE}",
             ]
         )
-        entrypoint = base_entrypoint(self.client, self.base_image_id)
         dockerfile = render_template(
             _TEMPLATE,
             base_image_ref=self.base_image_id,
             wheels_dir=_WHEELS_IN_IMAGE,
             install=install,
-            entrypoint=entrypoint,
-            entrypoint_run=json.dumps([*entrypoint, "/bin/sh", "-c", install]),
+            entrypoint=self.entrypoint,
+            entrypoint_run=json.dumps([*self.entrypoint, "/bin/sh", "-c", install]),
             labels=labels,
             base_user=base_user(self.client, self.base_image_id, self.base_image_id),
         )
