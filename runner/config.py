@@ -264,7 +264,7 @@ class Settings(BaseSettings):
     simpler: Path | None = Field(
         default=None,
         description="A simpler clone with commits the checkout's submodule lacks; shorthand "
-        "for a `submodule_sources` entry at `submodule_path`.",
+        "for a `submodule_sources` entry at `submodule_path` (given both, both are searched).",
     )
     lib: Path | None = Field(
         default=None, description="The pypto-lib checkout with the example (only read)."
@@ -546,22 +546,17 @@ class Settings(BaseSettings):
     def devices(self) -> list[str]:
         return self.device.split(",")
 
-    def submodule_repos(self) -> dict[str, Path]:
-        """Submodule path -> clone to take objects from; `simpler` stands for the runtime's.
-        Two clones for the runtime (`simpler` and a `submodule_sources` entry) are refused: one
-        would be dropped without a word."""
-        repos = dict(self.submodule_sources)
+    def submodule_repos(self) -> dict[str, tuple[Path, ...]]:
+        """Submodule path -> the clones to take its objects from; `simpler` stands for one of the
+        runtime's. Given beside a `submodule_sources` entry for the runtime (upstream and a fork,
+        say), both are used: commits pinned from either history are found."""
+        repos = {path: (clone,) for path, clone in self.submodule_sources.items()}
         path = self.submodule_path
         if self.simpler is not None:
-            other = repos.setdefault(path, self.simpler)
-            if other.expanduser().absolute() != self.simpler.expanduser().absolute():
-                raise BadInput(
-                    f"{self.given_as('simpler')} {self.simpler} and "
-                    f"{self.given_as('submodule_sources')} {path}={other} both give a clone for "
-                    f"the {path} submodule, and one is used: give one (to have both histories, "
-                    f"fetch one into the other: git -C {self.simpler} fetch {other} "
-                    "'+refs/heads/*:refs/remotes/other/*')"
-                )
+            given = repos.get(path, ())
+            mine = self.simpler.expanduser().absolute()
+            if all(clone.expanduser().absolute() != mine for clone in given):
+                repos[path] = (self.simpler, *given)
         if path in self.omit_submodules:
             raise BadInput(
                 f"{self.given_as('omit_submodules')} {path}: the {path} submodule is simpler, "

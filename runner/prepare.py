@@ -172,42 +172,48 @@ def session_digest(settings: Settings, lib_digest: str, content: dict[str, str])
 
 
 def _unrelated_clones(
-    history: History, ends: Sequence[str], extra: Mapping[str, Path]
+    history: History, ends: Sequence[str], extra: Mapping[str, Sequence[Path]]
 ) -> list[str]:
-    """Clones given for a top-level submodule that hold neither endpoint's pin: likely the
-    wrong repository (the checkout of pypto-lib, say), which would only surface later as
-    'source unavailable'."""
+    """Clones given for a top-level submodule of which none holds either endpoint's pin: likely
+    the wrong repository (the checkout of pypto-lib, say), which would only surface later as
+    'source unavailable'. (A fork given beside upstream may hold neither.)"""
     warnings = []
-    for path, clone in extra.items():
+    for path, clones in extra.items():
+        named = " and ".join(str(clone) for clone in clones)
         pins = {pin for pin in (history.gitlink(end, path) for end in ends) if pin}
         parts = path.split("/")
         outer = ("/".join(parts[:n]) for n in range(1, len(parts)))
         if not pins and any(history.gitlink(end, p) for p in outer for end in ends):
             continue  # a submodule of a submodule (runtime/third_party/x): pypto pins none
         if not pins:
+            one = len(clones) == 1
             warnings.append(
-                f"{clone} is given for the submodule at {path}, but neither endpoint has one "
-                "there; it is used only if a commit in between has one"
+                f"{named} {'is' if one else 'are'} given for the submodule at {path}, but "
+                f"neither endpoint has one there; {'it is' if one else 'they are'} used only if "
+                "a commit in between has one"
             )
             continue
-        if not any(History(clone).has_commit(pin) for pin in pins):
+        if not any(History(clone).has_commit(pin) for pin in pins for clone in clones):
             listed = ", ".join(sorted(pin[:12] for pin in pins))
             warnings.append(
-                f"{clone} holds neither endpoint's {path} commit ({listed}): is it a clone of "
-                f"the {path} submodule's repository?"
+                f"{named} {'holds' if len(clones) == 1 else 'hold'} neither endpoint's {path} "
+                f"commit ({listed}): is it a clone of the {path} submodule's repository?"
             )
     return warnings
 
 
-def extra_repos(settings: Settings) -> dict[str, Path]:
+def extra_repos(settings: Settings) -> dict[str, tuple[Path, ...]]:
     """--simpler and --submodule-source: other clones whose objects complement a submodule's."""
-    repos: dict[str, Path] = {}
-    for path, clone in settings.submodule_repos().items():
-        flag, given = "--simpler", None
-        if clone != settings.simpler:
-            flag, given = "--submodule-source", f"--submodule-source {path}={clone}"
-        repos[path] = _directory(clone, flag, f"a clone of the {path} submodule", given)
-        History(repos[path])  # refuses a directory that is not a git repository
+    repos: dict[str, tuple[Path, ...]] = {}
+    for path, clones in settings.submodule_repos().items():
+        found = []
+        for clone in clones:
+            flag, given = "--simpler", None
+            if clone != settings.simpler:
+                flag, given = "--submodule-source", f"--submodule-source {path}={clone}"
+            found.append(_directory(clone, flag, f"a clone of the {path} submodule", given))
+            History(found[-1])  # refuses a directory that is not a git repository
+        repos[path] = tuple(found)
     return repos
 
 

@@ -150,14 +150,17 @@ class SourceExporter:
         self,
         superproject: Path,
         cache_dir: Path,
-        extra_repos: Mapping[str, Path] = MappingProxyType({}),
+        extra_repos: Mapping[str, Sequence[Path]] = MappingProxyType({}),
         runtime: str = "runtime",
     ) -> None:
-        """`extra_repos`: submodule path -> another local clone with its objects (`--simpler`).
+        """`extra_repos`: submodule path -> other local clones with its objects (`--simpler`).
         `runtime`: the simpler submodule's path, which no build can do without."""
         self.superproject = Path(superproject).absolute()
         self._runtime = _norm(runtime)
-        self._extra = {_norm(path): Path(repo).absolute() for path, repo in extra_repos.items()}
+        self._extra = {
+            _norm(path): tuple(Path(repo).absolute() for repo in repos)
+            for path, repos in extra_repos.items()
+        }
         self._worktree, self._git_dir, self._common_dir = self._locate(self.superproject)
         key = hashlib.sha256(str(self._common_dir).encode()).hexdigest()[:16]
         self._root = Path(cache_dir).absolute() / "mirrors" / key
@@ -438,8 +441,7 @@ class SourceExporter:
             url_dirs.extend(p for p in _local_url_paths(url, parent.url_bases) if _is_dir(p))
         locations = [g / "modules" / entry.name for g in parent.git_dirs]
         locations += worktrees + url_dirs
-        if display in self._extra:
-            locations.append(self._extra[display])
+        locations += self._extra.get(display, ())
         # Last resort, after the stores named for this submodule: every other module store of the
         # parent, since a submodule renamed in .gitmodules keeps its objects under the old name.
         locations += [
@@ -570,11 +572,13 @@ class SourceExporter:
                 "checkout or its submodules; fetch it there and rerun"
             )
         given = self._extra.get(repo.display)
-        if given is not None:  # a clone named for it (--submodule-source, --simpler) lacks it too
+        if given:  # the clones named for it (--submodule-source, --simpler) lack it too
+            clones = " or ".join(str(clone) for clone in given)
             return SourceUnavailable(
                 f"source unavailable: submodule {repo.display} commit {sha[:12]} is neither in "
-                f"the local checkout ({repo.modules_hint}) nor in {given}, the clone given for "
-                f"it; fetch it into one of them, or give a clone that has it",
+                f"the local checkout ({repo.modules_hint}) nor in {clones}, the "
+                f"{'clone' if len(given) == 1 else 'clones'} given for it; fetch it into one "
+                "of them, or give a clone that has it",
                 submodule=repo.display,
             )
         if repo.display == self._runtime:
@@ -596,8 +600,7 @@ class SourceExporter:
             return self._unavailable(*missing[0])
         named = []
         for repo, sha in missing:
-            given = self._extra.get(repo.display)
-            where = repo.modules_hint if given is None else f"{repo.modules_hint} or {given}"
+            where = " or ".join([repo.modules_hint, *map(str, self._extra.get(repo.display, ()))])
             named.append(f"{repo.display} commit {sha[:12]} (not in {where})")
         return SourceUnavailable(
             f"source unavailable: {len(missing)} submodule commits are not in the local "

@@ -351,18 +351,16 @@ def test_a_build_pin_applies_by_package_commit_and_inclusive_date_range(
 
 def test_simpler_is_shorthand_for_a_submodule_source_at_the_runtime_path():
     settings = load_settings({"simpler": Path("/s"), "submodule_sources": {"3rdparty/x": "/x"}})
-    assert settings.submodule_repos() == {"runtime": Path("/s"), "3rdparty/x": Path("/x")}
+    assert settings.submodule_repos() == {"runtime": (Path("/s"),), "3rdparty/x": (Path("/x"),)}
 
 
-def test_two_clones_for_the_runtime_are_refused_rather_than_one_dropped():
-    same = load_settings({"simpler": Path("/s"), "submodule_sources": {"runtime": "/s"}})
-    assert same.submodule_repos() == {"runtime": Path("/s")}
+def test_two_clones_for_the_runtime_are_both_used_rather_than_one_dropped():
+    """Upstream with --simpler and a fork with --submodule-source runtime=: pypto may pin
+    commits of either, so each clone's objects are searched."""
+    same = load_settings({"simpler": Path("/s"), "submodule_sources": {"runtime": "/s/"}})
+    assert same.submodule_repos() == {"runtime": (Path("/s"),)}
     both = load_settings({"simpler": Path("/s"), "submodule_sources": {"runtime": "/fork"}})
-    with pytest.raises(BadInput) as caught:
-        both.submodule_repos()
-    message = str(caught.value)
-    assert message.startswith("--simpler /s and --submodule-source runtime=/fork both give a clone")
-    assert "git -C /s fetch /fork" in message
+    assert both.submodule_repos() == {"runtime": (Path("/s"), Path("/fork"))}
 
 
 @pytest.mark.parametrize(

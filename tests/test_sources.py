@@ -325,7 +325,7 @@ def test_every_unfetched_submodule_pin_is_named_in_one_error(
 
     # One given clone supplies the runtime's: only libbacktrace's is left, in the usual words.
     given = SourceExporter(
-        checkout, tmp_path / "cache2", extra_repos={RUNTIME_PATH: tmp_path / "elsewhere"}
+        checkout, tmp_path / "cache2", extra_repos={RUNTIME_PATH: [tmp_path / "elsewhere"]}
     )
     with pytest.raises(SourceUnavailable) as caught:
         given.check("HEAD")
@@ -381,12 +381,46 @@ def test_a_separate_simpler_clone_supplies_commits_the_checkout_lacks(
     clone = tmp_path / "elsewhere"  # the developer's own simpler clone, passed as --simpler
     before = checkout_state(clone)
 
-    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: clone})
+    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: [clone]})
     result = exporter.export("HEAD", tmp_path / "out")
 
     assert result.submodules[RUNTIME_PATH] == unfetched
     assert (tmp_path / "out" / RUNTIME_PATH / "UNPUBLISHED").is_file()
     assert checkout_state(clone) == before
+
+
+def test_two_clones_given_for_the_runtime_each_supply_their_commits(
+    sample: Sample, tmp_path: Path
+) -> None:
+    """Upstream (--simpler) and a fork (--submodule-source runtime=): pypto pins a commit of
+    each, and the checkout has neither. Both clones are searched, the second level's git dir
+    sees both histories, and a commit neither has names both clones."""
+    checkout, upstream_only = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
+    upstream = tmp_path / "elsewhere"
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", "--no-hardlinks", str(sample.mirrors["simpler"]), str(fork))
+    (fork / "FORK").write_text("a fork's fix\n")
+    git(fork, "add", "FORK")
+    git(fork, "commit", "-q", "-m", "fork: a fix upstream lacks")
+    fork_only = git(fork, "rev-parse", "HEAD")
+    git(checkout, "update-index", "--cacheinfo", f"160000,{fork_only},{RUNTIME_PATH}")
+    git(checkout, "commit", "-q", "-m", "bump runtime to the fork's commit")
+
+    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: [upstream, fork]})
+    on_fork = exporter.export("HEAD", tmp_path / "fork-out")
+    on_upstream = exporter.export("HEAD~1", tmp_path / "upstream-out")
+
+    assert on_fork.submodules[RUNTIME_PATH] == fork_only
+    assert (tmp_path / "fork-out" / RUNTIME_PATH / "FORK").is_file()
+    assert on_upstream.submodules[RUNTIME_PATH] == upstream_only
+    assert (tmp_path / "upstream-out" / RUNTIME_PATH / "UNPUBLISHED").is_file()
+    mirror = History(exporter.submodule_git_dir(RUNTIME_PATH))
+    assert mirror.has_commit(fork_only) and mirror.has_commit(upstream_only)
+
+    lost = SourceExporter(checkout, tmp_path / "cache2", {RUNTIME_PATH: [sample.lib, fork]})
+    with pytest.raises(SourceUnavailable) as caught:
+        lost.export("HEAD~1", tmp_path / "lost-out")
+    assert f"nor in {sample.lib} or {fork}, the clones given for it" in str(caught.value)
 
 
 def test_a_commit_the_given_clone_lacks_too_names_that_clone(
@@ -395,7 +429,7 @@ def test_a_commit_the_given_clone_lacks_too_names_that_clone(
     checkout, unfetched = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
     wrong = sample.mirrors["isa"]  # --simpler pointing at another repository
 
-    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: wrong})
+    exporter = SourceExporter(checkout, tmp_path / "cache", {RUNTIME_PATH: [wrong]})
     with pytest.raises(SourceUnavailable) as caught:
         exporter.export("HEAD", tmp_path / "out")
 
@@ -440,7 +474,7 @@ def test_a_nested_submodule_is_named_omitted_and_sourced_by_its_path_from_the_to
     exporter.check("HEAD", skip=[NESTED_ISA])
 
     # ... and another clone given for that path supplies its objects to both.
-    sourced = SourceExporter(checkout, tmp_path / "cache2", {NESTED_ISA: sample.mirrors["isa"]})
+    sourced = SourceExporter(checkout, tmp_path / "cache2", {NESTED_ISA: [sample.mirrors["isa"]]})
     result = sourced.export_submodule(RUNTIME_PATH, simpler, tmp_path / "sourced")
     assert set(result.submodules) == {NESTED_ISA}
     assert_exported(result.dest / ISA_PATH, sample.mirrors["isa"], result.submodules[NESTED_ISA])
@@ -476,7 +510,7 @@ def test_a_shallow_submodule_pin_exports_and_its_cut_history_says_so(
         pointer_states(exporter.submodule_git_dir(RUNTIME_PATH), old, new)
 
     # Another clone with the whole history completes it: the same move reads as a forward one.
-    whole = SourceExporter(copy, tmp_path / "cache2", {RUNTIME_PATH: sample.mirrors["simpler"]})
+    whole = SourceExporter(copy, tmp_path / "cache2", {RUNTIME_PATH: [sample.mirrors["simpler"]]})
     direction, states = pointer_states(whole.submodule_git_dir(RUNTIME_PATH), old, new)
     assert direction == "forward" and states[0] == old and states[-1] == new and len(states) > 2
 
@@ -628,19 +662,22 @@ def test_a_clone_given_for_the_runtime_that_holds_neither_pin_is_warned_about(
 ) -> None:
     history = History(sample.pypto)
     ends = (sample.pypto_shas[0], sample.pypto_shas[-1])
-    assert _unrelated_clones(history, ends, {RUNTIME_PATH: sample.mirrors["simpler"]}) == []
-    warned = _unrelated_clones(history, ends, {RUNTIME_PATH: sample.lib})
+    assert _unrelated_clones(history, ends, {RUNTIME_PATH: [sample.mirrors["simpler"]]}) == []
+    warned = _unrelated_clones(history, ends, {RUNTIME_PATH: [sample.lib]})
     assert len(warned) == 1 and warned[0].startswith(f"{sample.lib} holds neither endpoint's")
     for path in ("nothere", "foo/bar"):
-        nowhere = _unrelated_clones(history, ends, {path: sample.mirrors["simpler"]})
+        nowhere = _unrelated_clones(history, ends, {path: [sample.mirrors["simpler"]]})
         assert nowhere == [
             f"{sample.mirrors['simpler']} is given for the submodule at {path}, but neither "
             "endpoint has one there; it is used only if a commit in between has one"
         ]
     # One in a subfolder is checked as the runtime is; a submodule's own submodule is not.
-    wrong = _unrelated_clones(history, ends, {LIBBACKTRACE_PATH: sample.lib})
+    wrong = _unrelated_clones(history, ends, {LIBBACKTRACE_PATH: [sample.lib]})
     assert len(wrong) == 1 and wrong[0].startswith(f"{sample.lib} holds neither endpoint's")
-    assert _unrelated_clones(history, ends, {NESTED_ISA: sample.lib}) == []
+    assert _unrelated_clones(history, ends, {NESTED_ISA: [sample.lib]}) == []
+    # Beside a clone that holds a pin, another (a fork's) may hold none.
+    fork = {RUNTIME_PATH: [sample.lib, sample.mirrors["simpler"]]}
+    assert _unrelated_clones(history, ends, fork) == []
 
 
 def test_check_says_which_omitted_paths_the_commit_has(
