@@ -343,7 +343,9 @@ def _pairs(values: list[str] | None, flag: str, shape: str) -> dict[str, str] | 
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise BadInput(f"{flag} {item!r}: give {shape}")
-        result[key.strip()] = value
+        earlier = result.setdefault(key.strip(), value)
+        if earlier != value:  # the later one would win without a word
+            raise BadInput(f"{flag} {key.strip()} is given twice ({earlier} and {value}): give one")
     return result
 
 

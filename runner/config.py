@@ -530,7 +530,15 @@ class Settings(BaseSettings):
     @field_validator("submodule_sources")
     @classmethod
     def _sources(cls, value: dict[str, Path]) -> dict[str, Path]:
-        return {_submodule_path(path): clone for path, clone in value.items()}
+        sources: dict[str, Path] = {}
+        for path, clone in value.items():
+            other = sources.setdefault(_submodule_path(path), clone)
+            if other != clone:  # `runtime` and `./runtime/`: one would be dropped
+                raise ValueError(
+                    f"two clones for the submodule at {_submodule_path(path)} ({other} and "
+                    f"{clone}): give one per path (for the runtime, --simpler adds a second)"
+                )
+        return sources
 
     @field_validator("submodule_path")
     @classmethod

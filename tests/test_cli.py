@@ -350,6 +350,15 @@ def test_shell_completion_is_on():
     [
         (["--submodule-source", "runtime"], "--submodule-source 'runtime': give PATH=DIR"),
         (["--run-env", "=x"], "--run-env '=x': give KEY=VALUE"),
+        (
+            ["--submodule-source", "runtime=/a", "--submodule-source", "runtime=/b"],
+            "--submodule-source runtime is given twice (/a and /b): give one",
+        ),
+        (
+            ["--submodule-source", "runtime=/a", "--submodule-source", "./runtime/=/b"],
+            "--submodule-source: two clones for the submodule at runtime (/a and /b)",
+        ),
+        (["--build-env", "CC=gcc", "--build-env", "CC=clang"], "--build-env CC is given twice"),
         (["--build-pin", "{nope"], "--build-pin '{nope}'"[:13]),
         (["--build-pin", '{"requirements": []}'], "--build-pin (build_pins.0.requirements)"),
         (["--infra-retries", "0"], "--infra-retries: infra_retries must be 1 or more"),
