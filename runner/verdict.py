@@ -1,9 +1,10 @@
 """Turn one run of a pypto-lib example into good / bad / skip, plus the precision figures.
 
 A bisect is only as good as its verdicts: calling a compile error "bad" would blame an innocent
-commit, so only output that proves a precision failure (a golden mismatch) is bad; crashes, missing
-devices, timeouts and the OOM killer are "skip" (untestable), with a one-line reason a human can act
-on. Pure: text in, data out.
+commit, so only output that proves a precision failure (a golden mismatch) is bad; anything else
+is "skip" (untestable), with a one-line reason a human can act on. Of those, `infrastructure_fault`
+names the runs that say nothing about the commit (timeouts, the OOM killer, missing or busy
+devices): the session retries them and never records them. Pure: text in, data out.
 """
 
 from __future__ import annotations
