@@ -261,14 +261,20 @@ def test_users_checkout_is_byte_for_byte_unchanged(
     assert checkout_state(sample.pypto) == before
 
 
+def simpler_clone_with_a_commit(sample: Sample, dest: Path, filename: str, message: str) -> str:
+    """Clone simpler to `dest` and commit a new file there: a commit no other store holds."""
+    git(dest.parent, "clone", "-q", "--no-hardlinks", str(sample.mirrors["simpler"]), str(dest))
+    (dest / filename).write_text(f"{message}\n")
+    git(dest, "add", filename)
+    git(dest, "commit", "-q", "-m", message)
+    return git(dest, "rev-parse", "HEAD")
+
+
 def make_checkout_with_unfetched_runtime_pin(sample: Sample, tmp_path: Path) -> tuple[Path, str]:
     """A copy of the user's checkout whose newest commit pins a simpler commit never fetched."""
-    elsewhere = tmp_path / "elsewhere"
-    git(tmp_path, "clone", "-q", "--no-hardlinks", str(sample.mirrors["simpler"]), str(elsewhere))
-    (elsewhere / "UNPUBLISHED").write_text("only on a developer laptop\n")
-    git(elsewhere, "add", "UNPUBLISHED")
-    git(elsewhere, "commit", "-q", "-m", "wip: not pushed anywhere")
-    unfetched = git(elsewhere, "rev-parse", "HEAD")
+    unfetched = simpler_clone_with_a_commit(
+        sample, tmp_path / "elsewhere", "UNPUBLISHED", "wip: not pushed anywhere"
+    )
 
     copy = tmp_path / "checkout"
     shutil.copytree(sample.pypto, copy, symlinks=True)
@@ -398,11 +404,7 @@ def test_two_clones_given_for_the_runtime_each_supply_their_commits(
     checkout, upstream_only = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
     upstream = tmp_path / "elsewhere"
     fork = tmp_path / "fork"
-    git(tmp_path, "clone", "-q", "--no-hardlinks", str(sample.mirrors["simpler"]), str(fork))
-    (fork / "FORK").write_text("a fork's fix\n")
-    git(fork, "add", "FORK")
-    git(fork, "commit", "-q", "-m", "fork: a fix upstream lacks")
-    fork_only = git(fork, "rev-parse", "HEAD")
+    fork_only = simpler_clone_with_a_commit(sample, fork, "FORK", "fork: a fix upstream lacks")
     git(checkout, "update-index", "--cacheinfo", f"160000,{fork_only},{RUNTIME_PATH}")
     git(checkout, "commit", "-q", "-m", "bump runtime to the fork's commit")
 
