@@ -258,6 +258,20 @@ def _parse_requirement(text: str, where: str) -> Requirement:
 # -- the image the wheels must fit ----------------------------------------------------------
 
 
+@functools.cache
+def _cpython_wheel_tags(python: str, platforms: tuple[str, ...]) -> frozenset[Tag] | None:
+    """Every wheel tag a CPython `python` ("3.11") takes on `platforms`: a few thousand tags, made
+    once (a plan resolves the tools of every simpler commit the range pins, hundreds of them)."""
+    try:
+        version = tuple(int(part) for part in python.split(".")[:2])
+    except ValueError:
+        return None
+    interpreter = f"cp{''.join(str(part) for part in version)}"
+    found = set(cpython_tags(version, abis=[interpreter], platforms=list(platforms)))
+    found.update(compatible_tags(version, interpreter=interpreter, platforms=list(platforms)))
+    return frozenset(found)
+
+
 @dataclass(frozen=True)
 class ImageTraits:
     """What a base image offers a build: its Python, platform and tools."""
@@ -305,15 +319,7 @@ class ImageTraits:
         the choice to pip (an interpreter other than CPython)."""
         if self.implementation != "cpython":
             return None
-        try:
-            version = tuple(int(part) for part in self.python.split(".")[:2])
-        except ValueError:
-            return None
-        interpreter = f"cp{''.join(str(part) for part in version)}"
-        platforms = self.platforms()
-        found = set(cpython_tags(version, abis=[interpreter], platforms=platforms))
-        found.update(compatible_tags(version, interpreter=interpreter, platforms=platforms))
-        return frozenset(found)
+        return _cpython_wheel_tags(self.python, tuple(self.platforms()))
 
     def markers(self) -> dict[str, str]:
         """PEP 508 marker values of the image's Python, for requirements like `tomli; ...`."""
