@@ -538,26 +538,26 @@ class _Model:
         self.fail_if_bad: list[float] = []  # predictive P(fail) of an index at or after h
         flaky_if: list[float] = []  # P(the example is "often flaky") under h
         passes_before = fails_before = 0
+        ev = prior.evidence
+        # Hypotheses between two tested indices see the same counts: one `_sides` per distinct
+        # counts, not one per candidate (thousands on a long range, a few dozen tested).
+        seen: dict[tuple[int, int, int, int], tuple[float, float, float, float]] = {}
         for h in range(1, count):
             passes_before += good[h - 1]
             fails_before += bad[h - 1]
             passes_after = total_good - passes_before
             fails_after = total_bad - fails_before
             # good side: errors are fails; bad side: errors are passes
-            ev = prior.evidence
-            self.sides.append(
-                (
-                    fails_before + ev[0],
-                    passes_before + ev[1],
-                    passes_after + ev[2],
-                    fails_after + ev[3],
-                )
+            counts = (
+                fails_before + ev[0],
+                passes_before + ev[1],
+                passes_after + ev[2],
+                fails_after + ev[3],
             )
-            log_ml, error_good, error_bad, flaky = _sides(
-                prior,
-                (fails_before + ev[0], passes_before + ev[1]),
-                (passes_after + ev[2], fails_after + ev[3]),
-            )
+            self.sides.append(counts)
+            if counts not in seen:
+                seen[counts] = _sides(prior, counts[:2], counts[2:])
+            log_ml, error_good, error_bad, flaky = seen[counts]
             log_weights.append(log_ml + (math.log(weights[h]) if weights is not None else 0.0))
             self.fail_if_good.append(error_good)
             self.fail_if_bad.append(1 - error_bad)
