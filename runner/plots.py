@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,18 @@ def present(points: Sequence[Point]) -> list[str]:
     return [
         name for name in FIGURES if any(any(v != 0 for v in p.values.get(name, [])) for p in points)
     ]
+
+
+def warm() -> None:
+    """Import matplotlib in the background while a run's first builds go on: `plot`, at the end
+    of the run, then costs its drawing alone (the import is most of a second)."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # a broken install fails again in `plot`, in the open
+            import matplotlib.figure
+            import matplotlib.ticker  # noqa: F401
+
+    threading.Thread(target=load, name="matplotlib-import", daemon=True).start()
 
 
 def plot(levels: Sequence[tuple[str, Sequence[Point], int | None]], path: Path) -> Path | None:

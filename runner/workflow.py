@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import __version__
+from runner import __version__, plots
 from runner.attempts import DockerTester, RunSettings
 from runner.confidence import DEFAULT_CONFIDENCE
 from runner.config import DEFAULT_BUILD_COMMAND, Settings
@@ -422,6 +422,7 @@ def run_bisect(
     """`ahead` hears how many guessed builds are under way whenever that changes."""
     started = time.monotonic()
     prepared = prepare(settings)
+    plots.warm()
     remove_stale_containers(prepared.client)
     reclaim(
         prepared.client,
