@@ -531,11 +531,12 @@ class Settings(BaseSettings):
     @classmethod
     def _sources(cls, value: dict[str, Path]) -> dict[str, Path]:
         sources: dict[str, Path] = {}
-        for path, clone in value.items():
-            other = sources.setdefault(_submodule_path(path), clone)
+        for given, clone in value.items():
+            path = _submodule_path(given)
+            other = sources.setdefault(path, clone)
             if other != clone:  # `runtime` and `./runtime/`: one would be dropped
                 raise ValueError(
-                    f"two clones for the submodule at {_submodule_path(path)} ({other} and "
+                    f"two clones for the submodule at {path} ({other} and "
                     f"{clone}): give one per path (for the runtime, --simpler adds a second)"
                 )
         return sources

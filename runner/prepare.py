@@ -180,13 +180,13 @@ def _unrelated_clones(
     warnings = []
     for path, clones in extra.items():
         named = " and ".join(str(clone) for clone in clones)
+        one = len(clones) == 1
         pins = {pin for pin in (history.gitlink(end, path) for end in ends) if pin}
         parts = path.split("/")
         outer = ("/".join(parts[:n]) for n in range(1, len(parts)))
         if not pins and any(history.gitlink(end, p) for p in outer for end in ends):
             continue  # a submodule of a submodule (runtime/third_party/x): pypto pins none
         if not pins:
-            one = len(clones) == 1
             warnings.append(
                 f"{named} {'is' if one else 'are'} given for the submodule at {path}, but "
                 f"neither endpoint has one there; {'it is' if one else 'they are'} used only if "
@@ -196,7 +196,7 @@ def _unrelated_clones(
         if not any(History(clone).has_commit(pin) for pin in pins for clone in clones):
             listed = ", ".join(sorted(pin[:12] for pin in pins))
             warnings.append(
-                f"{named} {'holds' if len(clones) == 1 else 'hold'} neither endpoint's {path} "
+                f"{named} {'holds' if one else 'hold'} neither endpoint's {path} "
                 f"commit ({listed}): is it a clone of the {path} submodule's repository?"
             )
     return warnings

@@ -42,12 +42,12 @@ _RECIPE_VERSION = 3
 _ENTRY_FORMAT = 1
 _BUILD_DIR = "/tmp/bisect-build"  # fixed, so ccache sees the same paths for every commit
 _STATS_LOG = "/out/.ccache-stats.log"
-# What ccache needs to serve neighbouring commits: a launcher for CMake (simpler's CMake sets
-# none), paths relative to the fixed build directory, and scikit-build-core's build tree at a
-# fixed place instead of a fresh temporary directory per build.
 ZIP_EPOCH = 315532800
 """1980-01-01T00:00:00Z: the earliest time a ZIP archive (a wheel) can hold; wheel builders refuse
 a SOURCE_DATE_EPOCH before it."""
+# What ccache needs to serve neighbouring commits: a launcher for CMake (simpler's CMake sets
+# none), paths relative to the fixed build directory, and scikit-build-core's build tree at a
+# fixed place instead of a fresh temporary directory per build.
 CCACHE_ENVIRONMENT = {
     "CCACHE_DIR": "/ccache",
     "CCACHE_BASEDIR": _BUILD_DIR,
