@@ -34,6 +34,11 @@ class ContainerSpec:
     ipc_mode: str | None = None
     runtime: str | None = None
     network: bool = False  # False -> network_mode="none"
+    # Without a network, whether Docker still sets up its network sandbox: /etc/hosts naming
+    # localhost, the host's resolv.conf, as `docker run --network none` has them, for the
+    # example. Builds, layers and probes start without one (NetworkDisabled): the sandbox is
+    # half the engine's CPU of a container's start and stop, and they resolve no names.
+    sandbox: bool = False
     working_dir: str | None = None
     cpus: float | None = None  # the simulator hangs when CPUs are oversubscribed
     cpu_shares: int | None = None  # weight under contention (Docker's default is 1024)

@@ -368,6 +368,7 @@ def example_container(run: ExampleRun, image: ImageDefaults | None = None) -> Co
         ipc_mode=pass_.ipc_mode,
         runtime=pass_.runtime,
         network=False,
+        sandbox=True,
         working_dir=RUN_MOUNT,
         cpus=run.cpus,
         mem_limit=run.memory,
@@ -492,6 +493,7 @@ def _create_arguments(spec: ContainerSpec, name: str) -> dict[str, Any]:
     }
     if not spec.network:
         arguments["network_mode"] = "none"
+        arguments["network_disabled"] = not spec.sandbox
     optional = {
         "devices": list(spec.devices),
         "ipc_mode": spec.ipc_mode,

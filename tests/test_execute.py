@@ -24,6 +24,7 @@ from runner.containers import ContainerSpec, Mount
 from runner.devices import Passthrough, passthrough
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import (
+    KIND_LABEL,
     LABEL,
     LIB_MOUNT,
     OWNER_LABEL,
@@ -157,14 +158,46 @@ def test_the_container_has_no_network(docker_client, base_image, tmp_path):
         "except OSError as exc:\n"
         "    print('no route', exc.errno)\n"
     )
-    spec = ContainerSpec(image=base_image, command=["python3", "-c", probe])
+    for sandbox in (False, True):
+        spec = ContainerSpec(image=base_image, command=["python3", "-c", probe], sandbox=sandbox)
 
-    result = run_container(docker_client, spec, log_path=tmp_path / "log.txt")
+        result = run_container(docker_client, spec, log_path=tmp_path / f"log-{sandbox}.txt")
 
+        assert result.exit_code == 0, result.output
+        assert "interfaces ['lo']" in result.output
+        assert "no route" in result.output
+        assert "connected" not in result.output
+
+
+@docker_test
+def test_only_the_example_gets_the_engines_network_sandbox(docker_client, base_image, tmp_path):
+    """An example run resolves localhost as under `docker run --network none`; builds, layers and
+    probes start without the sandbox that needs, which is half a container's start-up cost."""
+    resolve = "import socket; print('localhost is', socket.getaddrinfo('localhost', 80)[0][4][0])"
+    seen: dict[str, object] = {}
+
+    def inspect(container, result):
+        seen[container.labels[KIND_LABEL]] = container.attrs["Config"].get("NetworkDisabled")
+
+    resolver = ContainerSpec(
+        image=base_image,
+        command=["python3", "-c", resolve],
+        sandbox=True,
+        labels={KIND_LABEL: "example"},
+    )
+    result = run_container(
+        docker_client, resolver, log_path=tmp_path / "example.txt", before_removal=inspect
+    )
     assert result.exit_code == 0, result.output
-    assert "interfaces ['lo']" in result.output
-    assert "no route" in result.output
-    assert "connected" not in result.output
+    assert "localhost is 127.0.0.1" in result.output or "localhost is ::1" in result.output
+    assert example_container(example(base_image, tmp_path / "lib", tmp_path / "run")).sandbox
+
+    build = ContainerSpec(image=base_image, command=["true"], labels={KIND_LABEL: "build"})
+    result = run_container(
+        docker_client, build, log_path=tmp_path / "build.txt", before_removal=inspect
+    )
+    assert result.exit_code == 0, result.output
+    assert seen == {"example": None, "build": True}  # the engine leaves out a false flag
 
 
 @docker_test
