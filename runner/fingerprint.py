@@ -28,7 +28,7 @@ from pathlib import Path
 import docker
 
 from runner.containers import ContainerSpec
-from runner.execute import run_container
+from runner.execute import KIND_LABEL, run_container
 from runner.ledger import Attempt
 
 DRIVER_VERSION = Path("/usr/local/Ascend/driver/version.info")
@@ -200,7 +200,11 @@ class Collector:
             with tempfile.TemporaryDirectory(prefix="bisect-fingerprint-") as tmp:
                 result = run_container(
                     self.client,
-                    ContainerSpec(image=image_id, command=["sh", "-c", PROBE]),
+                    ContainerSpec(
+                        image=image_id,
+                        command=["sh", "-c", PROBE],
+                        labels={KIND_LABEL: "fingerprint"},
+                    ),
                     log_path=Path(tmp) / "probe.log",
                     timeout=120,
                     cancel=self._cancel,

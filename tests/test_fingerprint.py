@@ -9,7 +9,7 @@ import time
 import pytest
 
 from runner import fingerprint
-from runner.execute import Cancelled
+from runner.execute import KIND_LABEL, Cancelled
 from runner.fingerprint import Collector, changes, describe, host_facts, parse_probe
 from runner.ledger import Attempt
 from tests.fixtures.attempts import recorded
@@ -95,14 +95,15 @@ def test_a_failing_npu_smi_is_asked_again(tmp_path, monkeypatch):
     assert host_facts()["npu_smi"] == "Version: 24.1"
 
 
-def _counting_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the threads that start a probe container (the real one runs)."""
-    threads: list[str] = []
+def _counting_probes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The thread that starts each probe container, and the container's kind label (the real
+    one runs)."""
+    threads: list[tuple[str, str]] = []
     real = fingerprint.run_container
 
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)
+    def counted(client, spec, **kwargs):  # type: ignore[no-untyped-def]
+        threads.append((threading.current_thread().name, spec.labels.get(KIND_LABEL, "")))
+        return real(client, spec, **kwargs)
 
     monkeypatch.setattr(fingerprint, "run_container", counted)
     return threads
@@ -121,7 +122,9 @@ def test_the_base_image_is_probed_once_in_the_background_from_the_first_round(
     seen = [collector(None, "0"), collector("sha256:test", "1")]
     collector.close()
 
-    assert threads == ["fingerprint"], "one probe, started by prepare(), not by the attempt"
+    assert threads == [("fingerprint", "fingerprint")], (
+        "one probe, started by prepare(), not by the attempt, and labelled as such"
+    )
     assert seen[0]["pip_freeze"] == seen[1]["pip_freeze"]
     assert int(seen[0]["pip_packages"]) > 0
     assert seen[1]["test_image_id"] == "sha256:test"
