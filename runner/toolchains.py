@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from runner.builders import Builder, Provisioner, Resolution
@@ -111,7 +112,7 @@ class Toolchains:
         targets += [("simpler", sha, at) for sha, at in pinned.items()]
         self._require_project(gitlinks.get(chain[-1]), chain[-1])
         ends = {chain[0], chain[-1], gitlinks.get(chain[0]), gitlinks.get(chain[-1])}
-        planned = []
+        resolved: list[tuple[str, str, Resolution]] = []
         for package, commit, at in targets:
             if commit in skip:
                 continue
@@ -128,18 +129,40 @@ class Toolchains:
                 continue
             except BadInput as exc:  # e.g. a requirement no release satisfies
                 raise skippable(exc, commit, ends) from None
-            where = f"{package} {commit[:12]}"
-            self.provisioner.require_compiler(resolution, where)
-            try:
-                if build:
-                    made = self.provisioner.builder(resolution, where)
-                else:
-                    self.provisioner.download(resolution, where)
-                    made = None
-            except BadInput as exc:
-                raise skippable(exc, commit, ends) from None
+            self.provisioner.require_compiler(resolution, f"{package} {commit[:12]}")
+            resolved.append((package, commit, resolution))
+        if not build:
+            self._download(resolved, ends)
+        planned = []
+        for package, commit, resolution in resolved:
+            made = None
+            if build:
+                try:
+                    made = self.provisioner.builder(resolution, f"{package} {commit[:12]}")
+                except BadInput as exc:
+                    raise skippable(exc, commit, ends) from None
             planned.append(Planned(package, commit, resolution, made))
         return planned
+
+    def _download(
+        self, resolved: Sequence[tuple[str, str, Resolution]], ends: Collection[str | None]
+    ) -> None:
+        """Each distinct set of tools once, the sets side by side: a `pip download` is mostly
+        pip's own start-up and the index's answers, and pypto's and simpler's tools differ.
+        A failure is raised for the first commit that needs the set, as one by one would."""
+        first: dict[tuple[str, ...], tuple[str, str, Resolution]] = {}
+        for package, commit, resolution in resolved:
+            first.setdefault(resolution.pins, (package, commit, resolution))
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="tools") as pool:
+            downloads = [
+                (commit, pool.submit(self.provisioner.download, res, f"{package} {commit[:12]}"))
+                for package, commit, res in first.values()
+            ]
+            for commit, download in downloads:
+                try:
+                    download.result()
+                except BadInput as exc:
+                    raise skippable(exc, commit, ends) from None
 
     def _inside_bumps(
         self, chain: Sequence[str], gitlinks: Mapping[str, str | None]
