@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runner.builders import Builder, Provisioner, Resolution
 from runner.errors import BadInput, BisectError, UnbuildableCommit
@@ -24,6 +24,10 @@ class Planned:
     commit: str
     resolution: Resolution
     builder: Builder | None  # None when only resolved and downloaded
+
+    @property
+    def where(self) -> str:
+        return f"{self.package} {self.commit[:12]}"
 
 
 class Toolchains:
@@ -112,7 +116,7 @@ class Toolchains:
         targets += [("simpler", sha, at) for sha, at in pinned.items()]
         self._require_project(gitlinks.get(chain[-1]), chain[-1])
         ends = {chain[0], chain[-1], gitlinks.get(chain[0]), gitlinks.get(chain[-1])}
-        resolved: list[tuple[str, str, Resolution]] = []
+        resolved: list[Planned] = []
         for package, commit, at in targets:
             if commit in skip:
                 continue
@@ -129,34 +133,35 @@ class Toolchains:
                 continue
             except BadInput as exc:  # e.g. a requirement no release satisfies
                 raise skippable(exc, commit, ends) from None
-            self.provisioner.require_compiler(resolution, f"{package} {commit[:12]}")
-            resolved.append((package, commit, resolution))
+            planned = Planned(package, commit, resolution, None)
+            self.provisioner.require_compiler(resolution, planned.where)
+            resolved.append(planned)
         if not build:
             self._download(resolved, ends)
-        planned = []
-        for package, commit, resolution in resolved:
-            made = None
-            if build:
-                try:
-                    made = self.provisioner.builder(resolution, f"{package} {commit[:12]}")
-                except BadInput as exc:
-                    raise skippable(exc, commit, ends) from None
-            planned.append(Planned(package, commit, resolution, made))
-        return planned
+            return resolved
+        built = []
+        for planned in resolved:
+            try:
+                made = self.provisioner.builder(planned.resolution, planned.where)
+            except BadInput as exc:
+                raise skippable(exc, planned.commit, ends) from None
+            built.append(replace(planned, builder=made))
+        return built
 
-    def _download(
-        self, resolved: Sequence[tuple[str, str, Resolution]], ends: Collection[str | None]
-    ) -> None:
+    def _download(self, resolved: Sequence[Planned], ends: Collection[str | None]) -> None:
         """Each distinct set of tools once, the sets side by side: a `pip download` is mostly
         pip's own start-up and the index's answers, and pypto's and simpler's tools differ.
         A failure is raised for the first commit that needs the set, as one by one would."""
-        first: dict[tuple[str, ...], tuple[str, str, Resolution]] = {}
-        for package, commit, resolution in resolved:
-            first.setdefault(resolution.pins, (package, commit, resolution))
+        first: dict[tuple[str, ...], Planned] = {}
+        for planned in resolved:
+            first.setdefault(planned.resolution.pins, planned)
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="tools") as pool:
             downloads = [
-                (commit, pool.submit(self.provisioner.download, res, f"{package} {commit[:12]}"))
-                for package, commit, res in first.values()
+                (
+                    planned.commit,
+                    pool.submit(self.provisioner.download, planned.resolution, planned.where),
+                )
+                for planned in first.values()
             ]
             for commit, download in downloads:
                 try:
