@@ -24,13 +24,12 @@ from runner.session import (
     _quantile_picks,
     _worst_case,
 )
+from tests.fixtures.histories import expected_outcome, monotone, sample_specs
 from tests.test_session import (
     EXTRA,
     SMALL,
     SpecTester,
     bisect,
-    expected_outcome,
-    sample_specs,
     session_over,
 )
 
@@ -144,9 +143,7 @@ def test_a_pypto_regression_on_k_devices_takes_about_log_k_plus_1_rounds(sample_
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=sample_specs())
 def test_any_monotone_history_on_two_devices_gives_the_brute_force_answer(spec):
-    bad = [spec.bad(i) for i in range(spec.pypto_commits + 1)]
-    assume(not bad[0] and bad[-1])
-    assume(bad == sorted(bad))
+    assume(monotone(spec))
     with tempfile.TemporaryDirectory() as tmp:
         sample = make_sample(Path(tmp), spec)
         outcome, _ = bisect(sample, tester=RoundTester(sample, parallel=2))

@@ -46,6 +46,7 @@ from runner.sources import SourceExporter
 from runner.verdict import Tolerance
 from runner.workflow import endpoint_error
 from tests.fixtures.attempts import recorded
+from tests.fixtures.histories import expected_outcome, monotone, sample_specs
 
 SMALL = {
     "pypto_commits": 8,
@@ -346,74 +347,10 @@ def test_a_replay_that_runs_out_mid_simpler_level_reports_both_levels(sample_fac
     assert outcome.simpler is not None and not outcome.simpler.done
 
 
-@st.composite
-def sample_specs(draw: st.DrawFn) -> SampleSpec:
-    """Random small histories: runtime added part-way, forward and backward bumps, bumps that
-    also change code, a pypto or simpler regression and sometimes a later simpler fix."""
-    pypto_commits = draw(st.integers(4, 9))
-    simpler_commits = draw(st.integers(3, 8))
-    runtime_added_at = draw(st.integers(1, pypto_commits - 1))
-    pin = runtime_initial = draw(st.integers(0, simpler_commits))
-    bumps = []
-    for at in range(runtime_added_at + 1, pypto_commits + 1):
-        if draw(st.booleans()):
-            target = draw(st.integers(0, simpler_commits).filter(lambda t, p=pin: t != p))
-            bumps.append((at, target))
-            pin = target
-    bump_at = [at for at, _ in bumps]
-    code_with_bump = frozenset(at for at in bump_at if draw(st.booleans()))
-    url_change = next(
-        (i for i in range(2, pypto_commits + 1) if i not in {*bump_at, runtime_added_at}), None
-    )
-    assume(url_change is not None)
-    regression = draw(st.sampled_from(["pypto", "simpler", "simpler-fixed"]))
-    pypto_at = simpler_at = fixed_at = None
-    if regression == "pypto":
-        pypto_at = draw(
-            st.integers(1, pypto_commits).filter(lambda i: i not in bump_at or i in code_with_bump)
-        )
-    else:
-        simpler_at = draw(st.integers(0, simpler_commits))
-        if regression == "simpler-fixed" and simpler_at < simpler_commits:
-            fixed_at = draw(st.integers(simpler_at + 1, simpler_commits))
-    try:
-        return SampleSpec(
-            pypto_commits=pypto_commits,
-            simpler_commits=simpler_commits,
-            runtime_added_at=runtime_added_at,
-            runtime_initial=runtime_initial,
-            bumps=tuple(bumps),
-            code_with_bump=code_with_bump,
-            pypto_regression_at=pypto_at,
-            simpler_regression_at=simpler_at,
-            simpler_fixed_at=fixed_at,
-            libbacktrace_url_change_at=url_change,
-            nested_submodule_at=1,
-        )
-    except ValueError:
-        assume(False)
-        raise
-
-
-def expected_outcome(spec: SampleSpec) -> tuple[str, int, int | None]:
-    """(source, first bad pypto index, first bad simpler state index) by brute force."""
-    culprit = next(i for i in range(spec.pypto_commits + 1) if spec.bad(i))
-    old, new = spec.pin(culprit - 1), spec.pin(culprit)
-    if old is None or new is None or old == new:
-        return "pypto", culprit, None
-    if spec.pypto_regressed(culprit) and not spec.simpler_regressed(new):
-        return "pypto", culprit, None  # the code half alone carries it
-    step = 1 if new > old else -1
-    states = range(old + step, new + step, step)
-    return "simpler", culprit, next(j for j in states if spec.simpler_regressed(j))
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=sample_specs())
 def test_any_monotone_history_bisects_to_the_brute_force_answer(spec):
-    bad = [spec.bad(i) for i in range(spec.pypto_commits + 1)]
-    assume(not bad[0] and bad[-1])
-    assume(bad == sorted(bad))  # monotone: once bad, bad for good
+    assume(monotone(spec))
     with tempfile.TemporaryDirectory() as tmp:
         sample = make_sample(Path(tmp), spec)
         outcome, tester = bisect(sample)
