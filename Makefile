@@ -11,7 +11,7 @@ FLAKY ?= 0
 SEED ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench clean
+.PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench fuzz clean
 
 setup: system-packages venv docker-engine test-base wheelhouse lint-tools
 
@@ -86,6 +86,13 @@ bench: setup
 	-$(BIN)/python tests/bench/bench_confidence.py  # exits 1 on a missed target; the rest still runs
 	$(BIN)/python -m bench.bench_bisect --base-image $(TEST_BASE) --wheelhouse $(WHEELHOUSE)
 	$(BIN)/python -m bench.bench_lanes --base-image $(TEST_BASE)
+
+# Random two-level histories through the real command line, new ones each time (a failing
+# history is shrunk and kept in .hypothesis/): make fuzz FUZZ_EXAMPLES=100
+FUZZ_EXAMPLES ?= 30
+fuzz: setup
+	HYPOTHESIS_PROFILE=explore FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest \
+		tests/test_random_histories.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo bisect-precision
