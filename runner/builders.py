@@ -1188,7 +1188,7 @@ class Provisioner:
             return build_image(
                 self.client,
                 context,
-                tag=f"bisect-precision-builder:{key[:16]}",
+                tag=builder_tag(key),
                 log_path=self.root / "logs" / f"{key[:16]}.log",
                 what=f"the builder image ({' '.join(resolution.pins)})",
             )
@@ -1241,12 +1241,30 @@ def image_present(client: docker.DockerClient, image_id: str) -> bool:
     return True
 
 
+def builder_tag(key: str) -> str:
+    """The name a builder image is made under."""
+    return f"bisect-precision-builder:{key[:16]}"
+
+
 def find_builder(client: docker.DockerClient, key: str) -> str | None:
     """This engine's builder image for `key` (image ids differ between hosts, keys do not).
 
-    Images built FROM a builder inherit its labels (a test image layered on it, say): they are
-    never the builder, and the builder is older than each.
+    The image its tag names is tried first: one inspect, where a listing by label scans every
+    image in the engine (about 2 s with 2,900 images here). When the tag names nothing, or an
+    image of another key, the labels are searched. Images built FROM a builder inherit its
+    labels (a test image layered on it, say): they are never the builder, and the builder is
+    older than each.
     """
+    try:
+        named = client.api.inspect_image(builder_tag(key))
+    except docker.errors.ImageNotFound:
+        named = None
+    except ENGINE_ERRORS as exc:
+        raise InfrastructureError(f"the Docker Engine failed to inspect a builder: {exc}") from exc
+    if named is not None:
+        labels = (named.get("Config") or {}).get("Labels") or {}
+        if labels.get(KEY_LABEL) == key and not labels.get(f"{LABEL}.pypto"):
+            return str(named["Id"])
     found = [
         image
         for image in _builder_images(client, f"{KEY_LABEL}={key}")

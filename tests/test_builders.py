@@ -27,12 +27,15 @@ from packaging.tags import Tag
 from packaging.version import Version
 
 from runner.builders import (
+    KEY_LABEL,
     LEGACY_REQUIRES,
+    Builder,
     ImageTraits,
     PackageSources,
     Provisioner,
     Resolution,
     build_requires,
+    builder_tag,
     cmake_wanted,
     find_builder,
     image_present,
@@ -702,6 +705,37 @@ def test_a_builder_removed_from_the_engine_is_made_again(
         for image_id in [*made, base_id]:
             with contextlib.suppress(docker.errors.NotFound):
                 docker_client.images.remove(image_id, force=True)
+
+
+class _NoListing:
+    """The engine, except that listing its images fails the test: a listing by label scans
+    every image the engine holds (about 2 s with a few thousand)."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.api = client.api
+        self.images = self
+
+    def list(self, **_: object) -> list:
+        raise AssertionError("listed the engine's images")
+
+
+@pytest.mark.docker
+def test_a_builder_is_found_by_its_tag_and_by_its_labels_when_the_tag_names_another_image(
+    docker_client: docker.DockerClient, builder_for_setuptools: Builder, base_image: str
+) -> None:
+    key = builder_for_setuptools.key
+    repository, tag = builder_tag(key).split(":")
+    tagged = docker_client.api.inspect_image(builder_tag(key))["Id"]
+
+    assert find_builder(_NoListing(docker_client), key) == tagged
+
+    docker_client.api.tag(base_image, repository, tag)
+    try:
+        found = find_builder(docker_client, key)
+    finally:
+        docker_client.api.tag(tagged, repository, tag)
+    assert found is not None and found != docker_client.images.get(base_image).id
+    assert docker_client.images.get(found).labels[KEY_LABEL] == key
 
 
 @pytest.mark.docker
