@@ -60,6 +60,7 @@ from runner.images import (
     build_image,
     list_images,
     render_template,
+    tagged_image,
 )
 from runner.wheels import ran_out_of_space, write_json_atomic
 
@@ -1255,16 +1256,11 @@ def find_builder(client: docker.DockerClient, key: str) -> str | None:
     labels (a test image layered on it, say): they are never the builder, and the builder is
     older than each.
     """
-    try:
-        named = client.api.inspect_image(builder_tag(key))
-    except docker.errors.ImageNotFound:
-        named = None
-    except ENGINE_ERRORS as exc:
-        raise InfrastructureError(f"the Docker Engine failed to inspect a builder: {exc}") from exc
+    named = tagged_image(client, builder_tag(key))
     if named is not None:
-        labels = (named.get("Config") or {}).get("Labels") or {}
+        image_id, labels = named
         if labels.get(KEY_LABEL) == key and not labels.get(f"{LABEL}.pypto"):
-            return str(named["Id"])
+            return image_id
     found = [
         image
         for image in _builder_images(client, f"{KEY_LABEL}={key}")

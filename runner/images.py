@@ -30,7 +30,15 @@ import requests.exceptions
 import runner
 from runner.containers import ContainerResult, ContainerSpec, Mount
 from runner.errors import BadInput, BisectError, InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, PROCESS_LABEL, RUN_LABEL, run_container
+from runner.execute import (
+    ENGINE_ERRORS,
+    KIND_LABEL,
+    LABEL,
+    OWNER_LABEL,
+    PROCESS_LABEL,
+    RUN_LABEL,
+    run_container,
+)
 from runner.install import SHADOWED, SHADOWED_EXIT, WHEEL_INSTALLER, install_command
 from runner.turns import Turns
 from runner.wheels import file_sha256
@@ -146,6 +154,17 @@ def list_images(client: docker.DockerClient, filters: Mapping[str, object]) -> l
     return client.images.list(filters=dict(filters))
 
 
+def tagged_image(client: docker.DockerClient, tag: str) -> tuple[str, dict[str, str]] | None:
+    """The id and labels of the image a tag names (one inspect), None when it names none."""
+    try:
+        named = client.api.inspect_image(tag)
+    except docker.errors.ImageNotFound:
+        return None
+    except ENGINE_ERRORS as exc:
+        raise InfrastructureError(f"cannot inspect image {tag}: {exc}") from exc
+    return str(named["Id"]), (named.get("Config") or {}).get("Labels") or {}
+
+
 def find_test_image(
     client: docker.DockerClient, labels: Mapping[str, str], tag: str | None = None
 ) -> str | None:
@@ -157,15 +176,12 @@ def find_test_image(
     made from other wheels of the same commits), the labels are searched.
     """
     if tag is not None:
-        try:
-            named = client.api.inspect_image(tag)
-        except docker.errors.ImageNotFound:
+        named = tagged_image(client, tag)
+        if named is None:
             return None
-        except docker.errors.DockerException as exc:
-            raise InfrastructureError(f"cannot inspect image {tag}: {exc}") from exc
-        found = (named.get("Config") or {}).get("Labels") or {}
+        image_id, found = named
         if all(found.get(name) == value for name, value in labels.items()):
-            return str(named["Id"])
+            return image_id
     filters = {"label": [f"{name}={value}" for name, value in labels.items()]}
     try:
         found = list_images(client, filters)
