@@ -48,8 +48,9 @@ from runner.ledger import (
     judged,
 )
 from runner.prepare import Prepared, prepare, writable_directory
+from runner.reproduce import find_recorded
 from runner.verdict import Tolerance, VerdictPatterns
-from runner.workflow import find_recorded, load_saved_settings, run_settings
+from runner.workflow import load_saved_settings, run_settings
 
 BUNDLE_FORMAT = 1
 IMAGE_FILE = "image.tar.gz"

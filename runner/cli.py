@@ -743,7 +743,8 @@ def status(
 ) -> None:
     """Where a bisect stands: the range per level, steps done and left, the last verdicts."""
     from runner.ledger import earlier_sessions, in_use
-    from runner.workflow import ledger_path, replay
+    from runner.replay import replay
+    from runner.workflow import ledger_path
 
     with guarded():
         root = _workdir(workdir, config)
@@ -941,9 +942,9 @@ def report(
 ) -> None:
     """Rewrite report.md and report.json from the ledger and print the report (an earlier
     session's go to sessions/NAME/ in the workdir)."""
+    from runner.replay import rewrite_reports
     from runner.report import strict_json
     from runner.verdict import Tolerance
-    from runner.workflow import rewrite_reports
 
     limits = Tolerance(max_mismatch_ratio, max_abs_diff, max_rel_diff)
     with guarded():
@@ -974,7 +975,8 @@ def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOp
     from runner.findings import bisect_log
     from runner.history import History
     from runner.ledger import Ledger, earlier_session, to_git_bisect_log
-    from runner.workflow import ledger_path, replay
+    from runner.replay import replay
+    from runner.workflow import ledger_path
 
     with guarded():
         folder = _workdir(workdir, config).resolve()
@@ -1015,8 +1017,8 @@ def reproduce(
 ) -> None:
     """Run a recorded attempt again in a fresh container and compare the verdicts (an earlier
     session's attempt too: run ids are unique across the sessions of a workdir)."""
-    from runner.workflow import compare_wheels
-    from runner.workflow import reproduce as reproduce_run
+    from runner.reproduce import compare_wheels
+    from runner.reproduce import reproduce as reproduce_run
 
     with guarded():
         original, again = reproduce_run(

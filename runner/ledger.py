@@ -671,6 +671,11 @@ def session_name(backup: Path) -> str:
     return backup.name.split(".")[-2]
 
 
+def session_folder(workdir: Path, backup: Path) -> Path:
+    """Where the reports and reproductions of the earlier session backed up as `backup` go."""
+    return workdir / "sessions" / session_name(backup)
+
+
 def session_copy(backup: Path, name: str) -> Path:
     """Where a file of the session backed up as ``backup`` is kept, e.g. its settings.json."""
     return backup.with_name(f"{name}.{session_name(backup)}.bak")

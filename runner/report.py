@@ -37,6 +37,8 @@ MERGED_SHOWN = 20  # a merge culprit's commits listed in report.md (report.json 
 PLOT_NAME = "metrics.png"
 # What `write_reports` leaves in a folder (the plot's digest marks it as drawn).
 REPORT_FILES = ("report.json", "report.md", PLOT_NAME, PLOT_NAME + ".sha256")
+RETHRESHOLD_DIR = "rethreshold"
+"""`report --rethreshold` writes its reports here, inside the session's folder."""
 
 
 @dataclass

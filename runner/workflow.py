@@ -1,19 +1,19 @@
-"""Wires the real pieces together for the CLI: run a bisect, replay one from its ledger, report.
+"""Wires the real pieces together for the CLI's `run`: settings, history, exporter, wheel cache,
+Docker tester, ledger, session, reports.
 
-`cli.py` only parses and prints; the session decides; this module builds the objects both need
-(history, exporter, wheel cache, Docker tester, ledger). What a report shows beyond the ledger is
-gathered in `findings.py`.
+`cli.py` only parses and prints; the session decides; this module builds the objects it needs.
+`replay.py` rebuilds a session from its ledger (`status`, `report`) and `reproduce.py` runs one
+attempt again, both with the wiring here. What a report shows beyond the ledger is gathered in
+`findings.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,15 +47,11 @@ from runner.ledger import (
     LedgerDocument,
     Level,
     SessionInputs,
-    earlier_session,
-    earlier_sessions,
-    in_use,
-    judged,
     session_copy,
-    session_name,
+    session_folder,
 )
-from runner.prepare import Prepared, extra_repos, make_provisioner, prepare
-from runner.report import REPORT_FILES, write_reports
+from runner.prepare import Prepared, make_provisioner, prepare
+from runner.report import REPORT_FILES, RETHRESHOLD_DIR, write_reports
 from runner.search import Verdict
 from runner.session import (
     EndpointFailure,
@@ -63,7 +59,6 @@ from runner.session import (
     LevelResult,
     Lookup,
     Outcome,
-    Pending,
     Request,
     Session,
     Tester,
@@ -264,7 +259,7 @@ class _Watched:
                     self.events.warn(describe_change(change))
 
 
-def _session(
+def make_session(
     history: History,
     exporter: SourceExporter,
     tester: Tester,
@@ -460,7 +455,7 @@ def run_bisect(
             if exc.exit_code == 2:
                 ledger.abandon_invocation()
             raise
-        session = _session(
+        session = make_session(
             prepared.history,
             prepared.exporter,
             _Watched(tester, ledger, events),
@@ -510,9 +505,9 @@ def run_bisect(
                 raise
             failure = exc
             error = endpoint_error(failure)
-            stopped = _stopped_at_endpoint(prepared.good, prepared.commits, str(error))
+            stopped = stopped_at_endpoint(prepared.good, prepared.commits, str(error))
             wall = ledger.finish_invocation()
-            written = _write(
+            written = write_outcome(
                 workdir,
                 ledger.document.judged(session.tolerance),
                 stopped,
@@ -526,7 +521,7 @@ def run_bisect(
         wall = ledger.finish_invocation()  # before reading the document: it adds to it
         document = ledger.document.judged(session.tolerance)
         outcome.notes += limit_notes(document, session.tolerance)
-        return _write(workdir, document, outcome, prepared.history, prepared.exporter, wall)
+        return write_outcome(workdir, document, outcome, prepared.history, prepared.exporter, wall)
 
 
 def limit_notes(
@@ -559,7 +554,7 @@ def limit_notes(
     return notes
 
 
-def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome:
+def stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome:
     """What the reports say when an endpoint does not reproduce: no range was bisected."""
     # Only the endpoints: listing every untested candidate would bury the one line that matters.
     outcome = Outcome("inconclusive", LevelResult("pypto", [good, *commits[-1:]]))
@@ -568,150 +563,14 @@ def _stopped_at_endpoint(good: str, commits: list[str], message: str) -> Outcome
     return outcome
 
 
-class _LedgerOnly:
-    """A tester that never runs anything: replay stops where the ledger ends, at the round the
-    session's devices would run next."""
-
-    def __init__(self, parallel: int = 1) -> None:
-        self.parallel = parallel
-
-    def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
-        raise Pending(level, pypto, simpler)
-
-    def test_round(self, requests: Sequence[Request], done: object = None) -> list[Attempt]:
-        first, *rest = requests
-        pair = (first.pypto, first.simpler)
-        also = [(r.pypto, r.simpler) for r in rest if (r.pypto, r.simpler) != pair]
-        raise Pending(first.level, *pair, list(dict.fromkeys(also)))
-
-
-@dataclass
-class Replay:
-    document: LedgerDocument
-    outcome: Outcome
-    history: History
-    exporter: SourceExporter
-    workdir: Path
-    endpoint_failure: EndpointFailure | None = None
-
-
-def _existing_cache(cache_dir: Path, hint: str = "") -> None:
+def existing_cache(cache_dir: Path, hint: str = "") -> None:
     """A --cache-dir given to read or reuse a session must be there: a typo must not make a
     new, empty cache."""
     if not cache_dir.expanduser().is_dir():
         raise BadInput(f"--cache-dir {cache_dir}: no such directory{hint}")
 
 
-def replay(
-    workdir: Path,
-    cache_dir: Path | None = None,
-    session: str | None = None,
-    rethreshold: Tolerance | None = None,
-) -> Replay:
-    """Rebuild a session's picture from its ledger alone (for `status` and `report`).
-
-    ``session`` names an earlier session of the workdir (a backup `--new-session` made).
-    ``rethreshold`` re-judges every attempt from its recorded figures with these limits instead
-    of the session's (an inactive Tolerance: the example's own PASS/FAIL).
-    """
-    workdir = workdir.expanduser().resolve()
-    path = ledger_path(workdir)
-    saved = None
-    if session is not None:
-        path = earlier_session(path, session)
-        saved = session_copy(path, SETTINGS_NAME)
-    document = Ledger.read(path)
-    inputs = document.inputs
-    settings = _settings_or_none(workdir, saved)
-    if rethreshold is not None:
-        settings = (settings or Settings()).model_copy(
-            update={
-                "max_mismatch_ratio": rethreshold.max_mismatch_ratio,
-                "max_abs_diff": rethreshold.max_abs_diff,
-                "max_rel_diff": rethreshold.max_rel_diff,
-            }
-        )
-    if cache_dir is None:
-        cache_dir = settings.cache_root() if settings is not None else Settings().cache_root()
-    else:
-        _existing_cache(cache_dir)
-    history = History(inputs.checkout())
-    extra = extra_repos(settings) if settings is not None else {}
-    exporter = SourceExporter(
-        inputs.checkout(), cache_dir.resolve(), extra, runtime=inputs.submodule_path
-    )
-    document.check_range([inputs.good, *history.first_parent_range(inputs.good, inputs.bad)], path)
-    tester = _LedgerOnly(parallel=max(1, len(inputs.devices)))
-    session = _session(history, exporter, tester, document.find_all, inputs, settings)
-    failure = None
-    try:
-        outcome = session.run()
-    except EndpointFailure as exc:
-        failure = exc
-        commits = history.first_parent_range(inputs.good, inputs.bad)
-        outcome = _stopped_at_endpoint(inputs.good, commits, str(endpoint_error(exc)))
-    judged = document.judged(session.tolerance)
-    if failure is None:
-        outcome.notes += limit_notes(judged, session.tolerance, in_force=rethreshold is None)
-    return Replay(judged, outcome, history, exporter, workdir, failure)
-
-
-def _settings_or_none(workdir: Path, path: Path | None = None) -> Settings | None:
-    try:
-        return load_saved_settings(workdir, path)
-    except (BadInput, LedgerError):
-        return None
-
-
-RETHRESHOLD_DIR = "rethreshold"
-"""`report --rethreshold` writes its reports here, inside the session's folder."""
-
-
-def rewrite_reports(
-    workdir: Path,
-    cache_dir: Path | None = None,
-    session: str | None = None,
-    rethreshold: Tolerance | None = None,
-    aside: Path | None = None,
-) -> RunResult:
-    """The reports again; an earlier session's go to sessions/<name>/, never over the current;
-    while a run holds the workdir, to `aside` when given (else over the run's, which it
-    rewrites when it ends)."""
-    state = replay(workdir, cache_dir, session, rethreshold)
-    state.outcome.running = session is None and in_use(ledger_path(state.workdir))
-    if rethreshold is not None:
-        state.outcome.rejudged = rethreshold.describe() or "the example PASS/FAIL"
-        state.outcome.notes.append(
-            f"re-judged from the recorded figures ({state.outcome.rejudged}); "
-            "no container was started"
-        )
-        pending = state.outcome.pending
-        if pending is not None:
-            state.outcome.notes.append(
-                f"these thresholds need tests the ledger lacks: `run` with them would test next "
-                f"the {pending}"
-            )
-        bad = state.document.inputs.bad
-        ends = [a for a in state.document.counted() if a.pypto_sha == bad and a.level == "pypto"]
-        if ends and all(a.verdict is Verdict.GOOD for a in ends):
-            # Each of its runs is within the limits: `run` would re-test it, then stop (exit 3).
-            state.outcome.notes.append(
-                f"under these thresholds the known-bad commit {bad[:12]} passes (all "
-                f"{len(ends)} of its runs): they find no regression in this range"
-            )
-    out = state.workdir
-    if session is not None:
-        out = session_folder(out, earlier_session(ledger_path(out), session))
-    # A what-if goes beside the session's reports, which stay as `run` left them. While a run
-    # holds the workdir its reports are that run's to write (it writes them when it ends), so
-    # these go to `aside`, where the caller shows them.
-    reports = out / RETHRESHOLD_DIR if rethreshold is not None else None
-    if state.outcome.running and reports is None:
-        reports = aside
-    return _write(out, state.document, state.outcome, state.history, state.exporter, None, reports)
-
-
-def _write(
+def write_outcome(
     workdir: Path,
     doc: LedgerDocument,
     outcome: Outcome,
@@ -724,149 +583,3 @@ def _write(
     facts = gather_facts(doc, outcome, history, exporter, workdir, wall_s)
     json_path, md_path, data = write_reports(reports or workdir, doc, outcome, facts)
     return RunResult(outcome, json_path, md_path, data)
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """Where a recorded attempt lives: its ledger file and the settings its session ran with."""
-
-    ledger: Path
-    settings: Path | None  # None = the workdir's own settings.json
-    document: LedgerDocument
-    attempt: Attempt
-
-
-def find_recorded(
-    workdir: Path,
-    run_id: str,
-    session: str | None = None,
-    note: Callable[[str], None] | None = None,
-) -> Recorded:
-    """A run id, or a pypto SHA (prefix; see `LedgerDocument.named`), looked up in the current
-    session, then the earlier ones (run ids are unique across them), or only in `session`. A SHA
-    that names several attempts (a re-tested boundary) takes the latest, and `note` says so."""
-    current = ledger_path(workdir)
-    if session is not None:
-        ledgers = [(earlier_session(current, session), True)]
-    else:
-        earlier = reversed(list(earlier_sessions(current).values()))
-        ledgers = [(current, False), *((path, True) for path in earlier)]
-    for path, backup in ledgers:
-        document = Ledger.read(path)
-        named = document.named(run_id)
-        if named:
-            latest = named[-1]
-            by_sha = latest.pypto_sha.startswith(run_id.lower()) and latest.run_id != run_id
-            others = [
-                a for a in document.attempts if a.pypto_sha == latest.pypto_sha and a is not latest
-            ]
-            if by_sha and others and note is not None:
-                which = "the latest" if len(named) > 1 else "its own (the pypto level's verdict)"
-                listed = ", ".join(a.run_id for a in others[:5]) + (
-                    ", …" if len(others) > 5 else ""
-                )
-                note(
-                    f"pypto {latest.pypto_sha[:12]} has {len(others) + 1} recorded attempts; "
-                    f"taking {which}, {latest.run_id} (name another by its run id: {listed})"
-                )
-            settings = session_copy(path, SETTINGS_NAME) if backup else None
-            return Recorded(path, settings, document, latest)
-    raise BadInput(f"no attempt {run_id!r} in {current} or its earlier sessions (see `status`)")
-
-
-def compare_wheels(original: Attempt, again: Attempt) -> list[str]:
-    """One line per package: whether a reproduction ran the wheel the verdict was made with.
-
-    Builds take the commit's time as SOURCE_DATE_EPOCH, so a wheel rebuilt with the same tools is
-    normally the same file; when it is not, its contents tell a timestamp from a real change."""
-    lines = []
-    for package in sorted(set(original.wheel_digests) & set(again.wheel_digests)):
-        old, new = original.wheel_digests[package], again.wheel_digests[package]
-        how = "rebuilt" if again.builds.get(package) == "built" else "from the wheel cache"
-        if old == new:
-            lines.append(f"{package} wheel: the recorded file ({how}, sha256 {new[:12]})")
-            continue
-        contents = original.wheel_contents.get(package)
-        if contents is not None and contents == again.wheel_contents.get(package):
-            lines.append(
-                f"{package} wheel: {how}, the recorded files in another archive "
-                f"(sha256 {old[:12]} -> {new[:12]}: timestamps or order only)"
-            )
-        else:
-            lines.append(
-                f"{package} wheel: {how}, and NOT the recorded one (sha256 {old[:12]} -> "
-                f"{new[:12]}): the build did not reproduce, so a verdict change may come from it"
-            )
-    return lines
-
-
-def session_folder(workdir: Path, backup: Path) -> Path:
-    """Where the reports and reproductions of the earlier session backed up as `backup` go."""
-    return workdir / "sessions" / session_name(backup)
-
-
-def reproduce(
-    workdir: Path,
-    run_id: str,
-    echo: Callable[[str], None] | None = None,
-    session: str | None = None,
-    note: Callable[[str], None] | None = None,
-    cache_dir: Path | None = None,
-) -> tuple:
-    """Run a recorded attempt again in a fresh container; returns (original, new attempt).
-
-    The attempt is looked up in the current session, then in the earlier ones (run ids are
-    unique across them), or only in ``session`` (`find_recorded`, which tells `note` which
-    attempt a SHA took); it is rebuilt with its own session's settings, in `cache_dir` when
-    given instead of the session's cache.
-    """
-    workdir = workdir.expanduser().resolve()
-    if cache_dir is not None:  # (a typo would rebuild everything from cold, minutes of C++)
-        _existing_cache(cache_dir, "; for a check from cold, create an empty one")
-    recorded = find_recorded(workdir, run_id, session, note)
-    original = recorded.attempt
-    if original.verdict is Verdict.SKIP and original.reason.startswith(USER_SKIP):
-        raise BadInput(
-            f"attempt {original.run_id} is a commit --skip took as untestable: it was never "
-            "built or run, so there is nothing to reproduce"
-        )
-    settings = load_saved_settings(workdir, recorded.settings)
-    inputs = recorded.document.inputs
-    moved = {"cache_dir": cache_dir.expanduser().resolve()} if cache_dir is not None else {}
-    settings = settings.model_copy(
-        update={
-            "pypto": inputs.checkout(),
-            "lib": Path(inputs.lib_repo),
-            "known_good": inputs.good,
-            "bad": inputs.bad,
-            **moved,
-        }
-    )
-    prepared = prepare(settings)
-    if prepared.base_image_id != inputs.base_image_id:
-        raise BadInput(
-            f"base image {inputs.base_image} is now {prepared.base_image_id[:19]}, not the "
-            f"{inputs.base_image_id[:19]} the verdict was made with; load that image to reproduce"
-        )
-    repro_dir = workdir / "reproductions"
-    if recorded.settings is not None:  # an earlier session's attempt
-        repro_dir = session_folder(workdir, recorded.ledger) / "reproductions"
-    repro_ledger = repro_dir / LEDGER_NAME
-    # Reproductions of another session's inputs are kept as a backup, like --new-session does.
-    other = repro_ledger.exists() and Ledger.read(repro_ledger).inputs != prepared.inputs
-    with contextlib.ExitStack() as stack:
-        ledger = stack.enter_context(
-            Ledger.open(repro_ledger, prepared.inputs, tool_version=__version__, new_session=other)
-        )
-        wheels = None
-        if original.verdict is Verdict.SKIP and original.reason.startswith("build failed"):
-            # The verdict is the build itself: build again, not the cache's recorded failure.
-            wheels = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=repro_dir)))
-        tester = docker_tester(prepared, ledger, repro_dir, echo=echo, wheels=wheels)
-        try:
-            again = tester.test(original.level, original.pypto_sha, original.simpler_sha)
-        finally:
-            tester.close(cancel=True)
-    # Both as the session's limits judge them, as its search did.
-    limits = settings.tolerance()
-    return judged(original, limits), judged(again, limits)

@@ -377,8 +377,8 @@ def test_on_two_devices_an_untestable_candidate_is_not_tried_again(sample_factor
 def test_a_replay_names_the_whole_round_the_devices_would_run_next(sample_factory):
     """What `status` says comes next after an interrupted run on two devices: both picks of
     the round the resumed run takes, not one plain bisection step."""
+    from runner.replay import LedgerOnly
     from runner.session import Pending
-    from runner.workflow import _LedgerOnly
 
     sample = sample_factory(
         SampleSpec(**{**SMALL, "pypto_commits": 26}, bumps=((4, 4),), pypto_regression_at=17)
@@ -387,7 +387,7 @@ def test_a_replay_names_the_whole_round_the_devices_would_run_next(sample_factor
     kept = full.attempts[: sum(len(r) for r in full.rounds[:2])]  # stopped after two rounds
     replay = session_over(
         sample,
-        _LedgerOnly(parallel=2),
+        LedgerOnly(parallel=2),
         lambda p, s: [a for a in kept if (a.pypto_sha, a.simpler_sha) == (p, s)],
     )
 
