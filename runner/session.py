@@ -35,6 +35,15 @@ from runner.confidence import (
 from runner.errors import BisectError
 from runner.history import METADATA_PATHS, Change, ChangeKind, History
 from runner.ledger import Attempt, Level, judged
+from runner.rounds import (
+    Policy,
+    aggregate,
+    quantile_picks,
+    round_outcomes,
+    verdicts_of,
+    with_outcome,
+    worst_case_after,
+)
 from runner.search import (
     Found,
     Inconclusive,
@@ -49,7 +58,6 @@ from runner.verdict import Tolerance
 from runner.wording import counted
 
 Source = Literal["pypto", "simpler", "inconclusive"]
-Policy = Literal["any-fail", "majority"]
 Lookup = Callable[[str, str | None], Sequence[Attempt]]
 """Every recorded attempt for a (pypto, simpler) pair, oldest first."""
 SimplerStates = Callable[[str, str], tuple[str, list[str]]]
@@ -216,7 +224,7 @@ class LevelResult:
     @property
     def verdicts(self) -> dict[int, Verdict]:
         """One verdict per tested index: the policy's (fixed repeats) or the majority's."""
-        return _verdicts(self.observations, self.repeat, self.policy)
+        return verdicts_of(self.observations, self.repeat, self.policy)
 
     @property
     def first_bad(self) -> str | None:
@@ -296,105 +304,6 @@ class LevelResult:
         """What a boundary found by bisection usually needs after it: each side's runs up to
         `REPLICATE`, and the last good commit's up to `good_runs`."""
         return 2 * (REPLICATE - 1) + self.good_runs - REPLICATE
-
-
-def _verdicts(
-    observations: Mapping[int, Sequence[Verdict]], repeat: int | None, policy: Policy
-) -> dict[int, Verdict]:
-    out: dict[int, Verdict] = {}
-    for index, seen in observations.items():
-        verdict = aggregate(seen, policy if repeat else "majority")
-        if verdict is not None:
-            out[index] = verdict
-    return out
-
-
-def _with(
-    observations: Mapping[int, Sequence[Verdict]],
-    indices: Sequence[int],
-    outcome: Sequence[Verdict],
-) -> dict[int, list[Verdict]]:
-    """A copy of `observations` with one more verdict per tested index."""
-    out = {index: list(seen) for index, seen in observations.items()}
-    for index, verdict in zip(indices, outcome, strict=True):
-        out.setdefault(index, []).append(verdict)
-    return out
-
-
-def _outcomes(indices: Sequence[int]) -> list[tuple[Verdict, ...]]:
-    """The outcomes of a round a monotone history allows, the middle boundary first: with the
-    indices sorted, the first j pass and the rest fail."""
-    order = sorted(range(len(indices)), key=lambda i: indices[i])
-    found = []
-    for passing in range(len(indices) + 1):
-        verdicts = [Verdict.BAD] * len(indices)
-        for position in order[:passing]:
-            verdicts[position] = Verdict.GOOD
-        found.append(tuple(verdicts))
-    middle = len(found) // 2
-    return sorted(found, key=lambda o: abs(found.index(o) - middle))
-
-
-def _worst_case(lo: int, hi: int, pick: int) -> int:
-    """Tests a plain bisection of (lo, hi) needs at most after testing `pick` (no skips)."""
-
-    def steps(untested: int) -> int:
-        return max(0, untested).bit_length()  # ceil(log2(untested + 1))
-
-    return 1 + max(steps(pick - lo - 1), steps(hi - pick - 1))
-
-
-def _quantile_picks(posterior: Belief, first: int, k: int) -> tuple[int, ...]:
-    """k indices that cut the posterior over the first bad commit into k + 1 equal parts.
-
-    Testing index i tells hypotheses h <= i (i is bad) from h > i (i is good), so the cut
-    nearest mass j/(k+1) is the index whose cumulative probability is closest to it. On a
-    deterministic example this is the plain k-way split; with flakes the cuts crowd the likely
-    boundary and may repeat a tested commit, which is what a noisy test needs. The single best
-    pick (`first`) leads when it re-tests an endpoint: the flake rates are still unknown.
-    Untestable candidates (a skip) are never picked: a cut that lands on one moves to the
-    nearest testable candidate.
-    """
-    probabilities = posterior.probabilities
-    count = len(probabilities)
-    untestable = {i for i, tally in posterior.tallies.items() if tally.skip}
-    picks: list[int] = [first] if first in (0, count - 1) else []
-    cumulative = []
-    total = 0.0
-    for index in range(count - 1):  # testing the bad endpoint splits nothing
-        total += probabilities[index]
-        if index not in untestable:
-            cumulative.append((index, total))
-    for cut in range(1, k + 1):
-        target = cut / (k + 1)
-        index, _ = min(cumulative, key=lambda c: (abs(c[1] - target), c[0]))
-        if index > 0 and index not in picks:
-            picks.append(index)
-    # A posterior piled on one boundary gives fewer distinct cuts than devices: fill with the
-    # best single pick, then both sides of the likeliest boundaries (last good, first bad).
-    fill = [first]
-    for hypothesis, _p in posterior.ranked(mass=1.0, limit=k + 2):
-        fill += [hypothesis - 1, hypothesis]
-    for index in fill:
-        if len(picks) >= k:
-            break
-        if 0 <= index < count and index not in picks and index not in untestable:
-            picks.append(index)
-    return tuple(picks[:k])
-
-
-def aggregate(seen: Sequence[Verdict], policy: Policy) -> Verdict | None:
-    """One verdict from repeated runs: any skip skips; any-fail is bad on one failure; majority
-    is bad when failures are at least half (a tie counts as bad, as a regression shows)."""
-    verdicts = [Verdict(v) for v in seen]
-    if not verdicts:
-        return None
-    if Verdict.SKIP in verdicts:
-        return Verdict.SKIP
-    bad = verdicts.count(Verdict.BAD)
-    if policy == "any-fail":
-        return Verdict.BAD if bad else Verdict.GOOD
-    return Verdict.BAD if 2 * bad >= len(verdicts) else Verdict.GOOD
 
 
 @dataclass
@@ -687,7 +596,7 @@ class Session:
         if self.repeat is not None:
             complete = {
                 index: verdict
-                for index, verdict in _verdicts(observations, self.repeat, self.policy).items()
+                for index, verdict in verdicts_of(observations, self.repeat, self.policy).items()
                 if len(observations[index]) >= self.repeat or verdict is Verdict.SKIP
             }
             # Commits still short of their repeats go first, as many runs as they lack.
@@ -721,7 +630,7 @@ class Session:
         )
         if not isinstance(step, Test):
             return step
-        majority = _verdicts(observations, None, "majority")
+        majority = verdicts_of(observations, None, "majority")
         if k == 1:
             return Test((self._cache_aware(result, majority, step.indices[0]),))
         posterior = belief(count, observations, result.prior, result.weights)
@@ -730,9 +639,9 @@ class Session:
         # spare devices cut the posterior.
         runs = boundary_runs(posterior, self._last_good_runs, result.plain)[:k]
         if runs and posterior.top_block[2] >= 0.5:
-            extra = [i for i in _quantile_picks(posterior, runs[0], k) if i not in runs]
+            extra = [i for i in quantile_picks(posterior, runs[0], k) if i not in runs]
             return Test(tuple(runs + extra)[:k])
-        return Test(_quantile_picks(posterior, step.indices[0], k))
+        return Test(quantile_picks(posterior, step.indices[0], k))
 
     @property
     def _last_good_runs(self) -> int:
@@ -754,12 +663,12 @@ class Session:
         lo, hi = bounds(count, verdicts)
         if not lo < pick < hi:
             return pick
-        worst = _worst_case(lo, hi, pick)
+        worst = worst_case_after(lo, hi, pick)
         for neighbour in (pick - 1, pick + 1):
             if (
                 lo < neighbour < hi
                 and neighbour not in verdicts
-                and _worst_case(lo, hi, neighbour) <= worst
+                and worst_case_after(lo, hi, neighbour) <= worst
                 and cached(*pair(result.candidates[neighbour]))
             ):
                 return neighbour
@@ -806,7 +715,7 @@ class Session:
             following = []
             for observations, tested in states:
                 for outcome in self._likeliest_first(result, observations, tested):
-                    fantasy = _with(observations, tested, outcome)
+                    fantasy = with_outcome(observations, tested, outcome)
                     try:
                         step = self._picks(result, fantasy)
                     except ValueError:
@@ -832,7 +741,7 @@ class Session:
         """The outcomes of testing `tested`, the likeliest first under the level's posterior
         (ties: the middle boundary first). A guess for the likelier outcome gets the build
         slots first, which counts when the slots cannot build both before the round ends."""
-        outcomes = _outcomes(tested)
+        outcomes = round_outcomes(tested)
         if self.repeat is not None or len(tested) == 0:
             return outcomes
         probabilities = belief(

@@ -14,16 +14,10 @@ from hypothesis import HealthCheck, assume, given, settings
 
 from runner.confidence import Belief, belief
 from runner.ledger import Attempt
+from runner.rounds import quantile_picks, round_outcomes, worst_case_after
 from runner.sample.histories import Sample, SampleSpec, make_sample
 from runner.search import Verdict, _split
-from runner.session import (
-    EndpointFailure,
-    LevelResult,
-    Request,
-    _outcomes,
-    _quantile_picks,
-    _worst_case,
-)
+from runner.session import EndpointFailure, LevelResult, Request
 from tests.fixtures.histories import expected_outcome, monotone, sample_specs
 from tests.test_session import (
     EXTRA,
@@ -83,7 +77,7 @@ def test_quantile_cuts_of_a_fresh_posterior_split_as_well_as_the_plain_k_way_spl
         edges = [0, *sorted(cuts), count - 1]
         return max(b - a for a, b in itertools.pairwise(edges))
 
-    picks = _quantile_picks(flat(count), first=count // 2, k=k)
+    picks = quantile_picks(flat(count), first=count // 2, k=k)
     open_ = tuple(range(1, count - 1))
     inside = [i for i in picks if i in open_]
     assert len(set(picks)) == len(picks) <= k
@@ -92,7 +86,7 @@ def test_quantile_cuts_of_a_fresh_posterior_split_as_well_as_the_plain_k_way_spl
 
 
 def test_outcomes_of_a_round_are_the_monotone_ones_middle_first():
-    outcomes = _outcomes((7, 3))
+    outcomes = round_outcomes((7, 3))
     assert len(outcomes) == 3
     assert {tuple(v.value for v in o) for o in outcomes} == {
         ("bad", "bad"),
@@ -117,9 +111,9 @@ def test_the_likelier_outcome_of_a_round_is_guessed_first(sample_factory):
 
 
 def test_the_worst_case_counts_the_larger_side():
-    assert _worst_case(0, 8, 4) == 1 + 2  # 3 untested on either side
-    assert _worst_case(0, 8, 3) == 1 + 3  # 4 untested above
-    assert _worst_case(0, 9, 4) == _worst_case(0, 9, 5)  # both leave at most 4
+    assert worst_case_after(0, 8, 4) == 1 + 2  # 3 untested on either side
+    assert worst_case_after(0, 8, 3) == 1 + 3  # 4 untested above
+    assert worst_case_after(0, 9, 4) == worst_case_after(0, 9, 5)  # both leave at most 4
 
 
 @pytest.mark.parametrize("k", [2, 3])
