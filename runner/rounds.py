@@ -7,11 +7,11 @@ would, and `tests/test_rounds.py` checks them against brute force with hypothesi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from runner.confidence import Belief
-from runner.search import Verdict
+from runner.confidence import Belief, boundary_runs
+from runner.search import Step, Test, Verdict, bounds, next_step
 
 Policy = Literal["any-fail", "majority"]
 """How `--repeat` runs of one commit make its verdict."""
@@ -114,3 +114,75 @@ def aggregate(seen: Sequence[Verdict], policy: Policy) -> Verdict | None:
     if policy == "any-fail":
         return Verdict.BAD if bad else Verdict.GOOD
     return Verdict.BAD if 2 * bad >= len(verdicts) else Verdict.GOOD
+
+
+def repeat_round(
+    count: int,
+    observations: Mapping[int, Sequence[Verdict]],
+    *,
+    k: int,
+    repeat: int,
+    policy: Policy,
+    pivot: Callable[[Mapping[int, Verdict], int], int] = lambda _verdicts, pick: pick,
+) -> Step:
+    """`--repeat`: commits still short of their runs first (as many runs as they lack), then
+    plain bisection over the complete verdicts, k // repeat new commits a round (at least one)
+    with all their runs in it. `pivot` may move a lone pick (see `cache_aware`)."""
+    complete = {
+        index: verdict
+        for index, verdict in verdicts_of(observations, repeat, policy).items()
+        if len(observations[index]) >= repeat or verdict is Verdict.SKIP
+    }
+    short = [
+        index
+        for index, seen in sorted(observations.items())
+        if index not in complete
+        for _ in range(repeat - len(seen))
+    ]
+    if short:
+        return Test(tuple(short[:k]))
+    step = next_step(count, complete, parallel=max(1, k // repeat))
+    if not isinstance(step, Test):
+        return step
+    indices = step.indices
+    if len(indices) == 1:
+        indices = (pivot(complete, indices[0]),)
+    runs = [i for i in indices for _ in range(repeat - len(observations.get(i, [])))]
+    return Test(tuple(runs[:k]))
+
+
+def posterior_round(
+    posterior: Belief, first: int, *, k: int, last_good_runs: int, plain: int | None
+) -> Test:
+    """A round of k tests from the posterior, `first` being the confidence search's own pick.
+
+    Once a boundary is likely, the runs it still needs before it can be reported share one
+    round (the same commit perhaps twice) and spare devices cut the posterior; until then the
+    k quantile cuts."""
+    runs = boundary_runs(posterior, last_good_runs, plain)[:k]
+    if runs and posterior.top_block[2] >= 0.5:
+        extra = [i for i in quantile_picks(posterior, runs[0], k) if i not in runs]
+        return Test(tuple(runs + extra)[:k])
+    return Test(quantile_picks(posterior, first, k))
+
+
+def cache_aware(
+    count: int, verdicts: Mapping[int, Verdict], pick: int, cached: Callable[[int], bool]
+) -> int:
+    """A neighbour of the ideal pivot whose wheels are built already (`cached`), when testing
+    it costs no extra step in the worst case; else the pick."""
+    if pick in verdicts or not 0 < pick < count - 1 or cached(pick):
+        return pick
+    lo, hi = bounds(count, verdicts)
+    if not lo < pick < hi:
+        return pick
+    worst = worst_case_after(lo, hi, pick)
+    for neighbour in (pick - 1, pick + 1):
+        if (
+            lo < neighbour < hi
+            and neighbour not in verdicts
+            and worst_case_after(lo, hi, neighbour) <= worst
+            and cached(neighbour)
+        ):
+            return neighbour
+    return pick

@@ -38,11 +38,12 @@ from runner.ledger import Attempt, Level, judged
 from runner.rounds import (
     Policy,
     aggregate,
-    quantile_picks,
+    cache_aware,
+    posterior_round,
+    repeat_round,
     round_outcomes,
     verdicts_of,
     with_outcome,
-    worst_case_after,
 )
 from runner.search import (
     Found,
@@ -51,7 +52,6 @@ from runner.search import (
     Test,
     Verdict,
     bounds,
-    next_step,
     steps_left,
 )
 from runner.verdict import Tolerance
@@ -590,33 +590,18 @@ class Session:
         self, result: LevelResult, observations: Mapping[int, Sequence[Verdict]]
     ) -> Step | LowConfidence | Descend:
         """What the level does next from `observations`: Found/Inconclusive/LowConfidence, or
-        the indices of the next round (up to one per device)."""
+        the indices of the next round (up to one per device). The choice is `rounds.py`'s; this
+        adds the session's settings and the tester's wheel cache."""
         count = len(result.candidates)
         k = self.parallel
+
+        def pivot(verdicts: Mapping[int, Verdict], pick: int) -> int:
+            return self._cache_aware(result, verdicts, pick)
+
         if self.repeat is not None:
-            complete = {
-                index: verdict
-                for index, verdict in verdicts_of(observations, self.repeat, self.policy).items()
-                if len(observations[index]) >= self.repeat or verdict is Verdict.SKIP
-            }
-            # Commits still short of their repeats go first, as many runs as they lack.
-            short = [
-                index
-                for index, seen in sorted(observations.items())
-                if index not in complete
-                for _ in range(self.repeat - len(seen))
-            ]
-            if short:
-                return Test(tuple(short[:k]))
-            # New commits with all their runs in the round: k // repeat of them (at least one).
-            step = next_step(count, complete, parallel=max(1, k // self.repeat))
-            if not isinstance(step, Test):
-                return step
-            indices = step.indices
-            if len(indices) == 1:
-                indices = (self._cache_aware(result, complete, indices[0]),)
-            runs = [i for i in indices for _ in range(self.repeat - len(observations.get(i, [])))]
-            return Test(tuple(runs[:k]))
+            return repeat_round(
+                count, observations, k=k, repeat=self.repeat, policy=self.policy, pivot=pivot
+            )
         step = decide(
             count,
             observations,
@@ -630,18 +615,15 @@ class Session:
         )
         if not isinstance(step, Test):
             return step
-        majority = verdicts_of(observations, None, "majority")
         if k == 1:
-            return Test((self._cache_aware(result, majority, step.indices[0]),))
-        posterior = belief(count, observations, result.prior, result.weights)
-        # A likely boundary: the runs it still needs to be reported (all of `decide`'s picks
-        # once it reached the confidence) share one round, the same commit perhaps twice, and
-        # spare devices cut the posterior.
-        runs = boundary_runs(posterior, self._last_good_runs, result.plain)[:k]
-        if runs and posterior.top_block[2] >= 0.5:
-            extra = [i for i in quantile_picks(posterior, runs[0], k) if i not in runs]
-            return Test(tuple(runs + extra)[:k])
-        return Test(quantile_picks(posterior, step.indices[0], k))
+            return Test((pivot(verdicts_of(observations, None, "majority"), step.indices[0]),))
+        return posterior_round(
+            belief(count, observations, result.prior, result.weights),
+            step.indices[0],
+            k=k,
+            last_good_runs=self._last_good_runs,
+            plain=result.plain,
+        )
 
     @property
     def _last_good_runs(self) -> int:
@@ -651,28 +633,14 @@ class Session:
         return REPLICATE + 1 if self.drift_check and self.verify else REPLICATE
 
     def _cache_aware(self, result: LevelResult, verdicts: Mapping[int, Verdict], pick: int) -> int:
-        """A neighbour of the ideal pivot whose wheels are built already, when testing it costs
-        no extra step in the worst case."""
+        """`cache_aware` with the tester's wheel cache (a tester without one: the pick)."""
         cached = getattr(self.tester, "cached", None)
-        count = len(result.candidates)
-        if cached is None or pick in verdicts or not 0 < pick < count - 1:
+        if cached is None:
             return pick
         pair = self._pair(result)
-        if cached(*pair(result.candidates[pick])):
-            return pick
-        lo, hi = bounds(count, verdicts)
-        if not lo < pick < hi:
-            return pick
-        worst = worst_case_after(lo, hi, pick)
-        for neighbour in (pick - 1, pick + 1):
-            if (
-                lo < neighbour < hi
-                and neighbour not in verdicts
-                and worst_case_after(lo, hi, neighbour) <= worst
-                and cached(*pair(result.candidates[neighbour]))
-            ):
-                return neighbour
-        return pick
+        return cache_aware(
+            len(result.candidates), verdicts, pick, lambda i: cached(*pair(result.candidates[i]))
+        )
 
     def _pair(self, result: LevelResult) -> Callable[[str], tuple[str, str | None]]:
         if result.pairs is not None:

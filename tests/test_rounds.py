@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from runner.confidence import Belief, belief
 from runner.ledger import Attempt
-from runner.rounds import quantile_picks, round_outcomes, worst_case_after
+from runner.rounds import cache_aware, quantile_picks, round_outcomes, worst_case_after
 from runner.sample.histories import Sample, SampleSpec, make_sample
-from runner.search import Verdict, _split
+from runner.search import Found, Test, Verdict, _split, bounds, next_step
 from runner.session import EndpointFailure, LevelResult, Request
 from tests.fixtures.histories import expected_outcome, monotone, sample_specs
 from tests.test_session import (
@@ -114,6 +115,32 @@ def test_the_worst_case_counts_the_larger_side():
     assert worst_case_after(0, 8, 4) == 1 + 2  # 3 untested on either side
     assert worst_case_after(0, 8, 3) == 1 + 3  # 4 untested above
     assert worst_case_after(0, 9, 4) == worst_case_after(0, 9, 5)  # both leave at most 4
+
+
+@given(
+    count=st.integers(min_value=2, max_value=300),
+    culprit=st.data(),
+    cached=st.sets(st.integers(min_value=0, max_value=299)),
+)
+def test_pivots_moved_to_cached_neighbours_keep_plain_bisections_answer_and_worst_case(
+    count, culprit, cached
+):
+    """However the wheel cache looks, a bisection whose every pivot goes through `cache_aware`
+    names the first bad commit within plain bisection's worst case, ceil(log2(count - 1))."""
+    first_bad = culprit.draw(st.integers(min_value=1, max_value=count - 1))
+    verdicts: dict[int, Verdict] = {}
+    tests = 0
+    while isinstance(step := next_step(count, verdicts), Test):
+        (pick,) = step.indices
+        moved = cache_aware(count, verdicts, pick, cached.__contains__)
+        if moved != pick:
+            lo, hi = bounds(count, verdicts)
+            assert abs(moved - pick) == 1 and moved in cached and pick not in cached
+            assert worst_case_after(lo, hi, moved) <= worst_case_after(lo, hi, pick)
+        verdicts[moved] = Verdict.BAD if moved >= first_bad else Verdict.GOOD
+        tests += 1
+    assert step == Found(first_bad)
+    assert tests <= (count - 2).bit_length()
 
 
 @pytest.mark.parametrize("k", [2, 3])
