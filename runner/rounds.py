@@ -20,6 +20,8 @@ Policy = Literal["any-fail", "majority"]
 def verdicts_of(
     observations: Mapping[int, Sequence[Verdict]], repeat: int | None, policy: Policy
 ) -> dict[int, Verdict]:
+    """One verdict per tested index: `policy`'s over its runs with `--repeat`, else the
+    majority's (what plain bisection and the reports go by)."""
     out: dict[int, Verdict] = {}
     for index, seen in observations.items():
         verdict = aggregate(seen, policy if repeat else "majority")
