@@ -1233,13 +1233,7 @@ def _builder_images(client: docker.DockerClient, label: str) -> list[Image]:
 def image_present(client: docker.DockerClient, image_id: str) -> bool:
     """Whether the engine still holds this image: one inspect, where a listing by label costs
     a scan of every image in the engine (tens of milliseconds each on a busy host)."""
-    try:
-        client.api.inspect_image(image_id)
-    except docker.errors.ImageNotFound:
-        return False
-    except ENGINE_ERRORS as exc:
-        raise InfrastructureError(f"the Docker Engine failed to inspect {image_id}: {exc}") from exc
-    return True
+    return tagged_image(client, image_id) is not None
 
 
 def builder_tag(key: str) -> str:
