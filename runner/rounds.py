@@ -125,7 +125,7 @@ def repeat_round(
     k: int,
     repeat: int,
     policy: Policy,
-    pivot: Callable[[Mapping[int, Verdict], int], int] = lambda _verdicts, pick: pick,
+    pivot: Callable[[Mapping[int, Verdict], int], int],
 ) -> Step:
     """`--repeat`: commits still short of their runs first (as many runs as they lack), then
     plain bisection over the complete verdicts, k // repeat new commits a round (at least one)
