@@ -12,11 +12,12 @@ import codecs
 import contextlib
 import os
 import re
+import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -186,7 +187,8 @@ def run_container(
     failing = False
     try:
         try:
-            container = client.containers.create(**_create_arguments(spec, name))
+            with _uninterrupted():
+                container = client.containers.create(**_create_arguments(spec, name))
         except docker.errors.ImageNotFound as exc:
             # The base image is checked before a run starts; an image the tool made that is gone
             # now was removed meanwhile (a prune, another run's cleanup): retry, it is rebuilt.
@@ -208,7 +210,35 @@ def run_container(
         failing = True
         raise
     finally:
-        _remove(client, container, name, quiet=failing)
+        with _uninterrupted():
+            _remove(client, container, name, quiet=failing)
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back while the engine creates or removes a container.
+
+    An interrupt between sending a create and reading its answer left a container the engine
+    made after the cleanup had looked for it; one just before a remove was sent left the
+    container too. Ray's cancel of a task is such an interrupt: it runs the SIGINT handler in
+    the worker's main thread. Only the main thread gets them, and only there can handlers be
+    swapped; a signal that came meanwhile is raised again, to the tool's handler, afterwards.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    try:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(number)):  # SIG_DFL/SIG_IGN: the process ends anyway
+                previous[number] = signal.signal(number, lambda got, _frame: held.append(got))
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(held):
+            signal.raise_signal(number)
 
 
 def tool_containers(client: docker.DockerClient, *, run: str | None = None) -> list[Container]:
@@ -255,7 +285,8 @@ def remove_own_containers(client: docker.DockerClient) -> None:
     try:
         for container in tool_containers(client, run=token):
             try:
-                container.remove(force=True)
+                with _uninterrupted():
+                    container.remove(force=True)
             except docker.errors.NotFound:
                 continue
     except ENGINE_ERRORS as exc:

@@ -47,7 +47,13 @@ from platformdirs import user_cache_dir
 from runner.builders import Builder, find_builder, image_present
 from runner.devices import DeviceMode, is_simulator, passthrough
 from runner.errors import BadInput, BisectError, InfrastructureError
-from runner.execute import Cancelled, connect, pid_answers, remove_stale_containers
+from runner.execute import (
+    Cancelled,
+    connect,
+    pid_answers,
+    remove_own_containers,
+    remove_stale_containers,
+)
 from runner.executor import (
     BuildJob,
     Executor,
@@ -203,6 +209,17 @@ def _streamed(queue: Any) -> Iterator[Callable[[str], None] | None]:
         lines.close()
 
 
+@contextlib.contextmanager
+def _none_left(client: docker.DockerClient) -> Iterator[None]:
+    """Remove what this worker still owns when its task ends: Ray's cancel interrupts the task
+    wherever it is, and a worker process runs one task at a time."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(InfrastructureError):
+            remove_own_containers(client)
+
+
 def _node_root() -> Path:
     """Where a node keeps what it fetched, built or ran when it shares no disk with the driver
     (NODE_DIR_ENV as the node was started, else the user's cache directory)."""
@@ -288,7 +305,7 @@ def build_on_node(task: _BuildOnNode, settings: NodeSettings) -> _Built:
         cache = WheelCache(_node_root() / "wheels")
         ccache = _node_root() / "ccache" / task.package
     ccache.mkdir(parents=True, exist_ok=True)
-    with _streamed(task.log) as echo:
+    with _none_left(client), _streamed(task.log) as echo:
         result = build_wheel(
             client,
             cache,
@@ -364,7 +381,7 @@ def run_on_ray_node(task: _RunOnNode, settings: NodeSettings) -> _Ran:
             pip_wheel=local(job.pip_wheel, "wheel"),
             run=replace(job.run, lib_dir=local(job.run.lib_dir, "lib"), artifacts_dir=artifacts),
         )
-        with _streamed(task.log) as echo:
+        with _none_left(client), _streamed(task.log) as echo:
             report = run_on_node(
                 client, here, lambda: slot, lambda _slot: None, threading.Event(), echo=echo
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -310,6 +311,48 @@ def test_ctrl_c_in_the_main_thread_mid_run_still_removes_the_container(
 
     timer.join()
     assert time.monotonic() - started < 20
+    assert labelled_containers(docker_client) == []
+
+
+@docker_test
+@pytest.mark.parametrize("interrupt", ["sigint", "interrupt_main"])
+@pytest.mark.parametrize("call", ["create_container", "remove_container"])
+def test_an_interrupt_while_the_engine_creates_or_removes_the_container_still_removes_it(
+    call, interrupt, docker_client, base_image, tmp_path, monkeypatch
+):
+    """The interrupt lands between sending the request and the engine acting on it: a Ctrl-C
+    on a loaded engine, or Ray's cancel of a task (`interrupt_main` in its worker). A create
+    the engine finished after the cleanup had looked for the container, or a remove never
+    sent, left the container behind."""
+    real = getattr(docker_client.api, call)
+    engine: list[threading.Thread] = []
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        answer: list[object] = []
+        slow = threading.Thread(
+            target=lambda: (time.sleep(0.5), answer.append(real(*args, **kwargs)))
+        )
+        engine.append(slow)
+        if call == "create_container":
+            slow.start()  # the request is on its way; the engine answers later
+        if interrupt == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)
+        else:
+            _thread.interrupt_main()
+        time.sleep(0.2)  # the interrupt reaches the main thread meanwhile
+        if call == "remove_container":
+            slow.start()  # sent after the interrupt: only a caller that holds it sends it
+        slow.join()
+        return answer[0]
+
+    monkeypatch.setattr(docker_client.api, call, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_container(docker_client, shell(base_image, "true"), log_path=tmp_path / "log")
+        time.sleep(30)  # only reached if the interrupt got lost
+
+    for slow in engine:
+        if slow.ident is not None:
+            slow.join()
     assert labelled_containers(docker_client) == []
 
 

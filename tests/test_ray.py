@@ -17,7 +17,16 @@ import pytest
 
 from runner.devices import Passthrough
 from runner.errors import InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, OWNER_LABEL, RUN_MOUNT, ExampleRun
+from runner.execute import (
+    KIND_LABEL,
+    LABEL,
+    OWNER_LABEL,
+    RUN_LABEL,
+    RUN_MOUNT,
+    ExampleRun,
+    process_owner,
+    tool_containers,
+)
 from runner.executor import BuildJob, RunJob
 from runner.ray_executor import (
     NODE_DIR_ENV,
@@ -25,6 +34,7 @@ from runner.ray_executor import (
     RayExecutor,
     _auth_hint,
     _cluster_messages_to_stderr,
+    _none_left,
     _require_image,
     _sweep_dead_runs,
 )
@@ -145,6 +155,19 @@ def test_importing_the_cli_never_imports_ray():
     code = "import sys, runner.cli, runner.workflow; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.docker
+def test_a_node_task_cut_short_leaves_none_of_its_workers_containers(docker_client, base_image):
+    """Ray's cancel interrupts a task anywhere, also between a container's creation and the
+    `finally` that removes it: when the task ends, what its worker owns goes."""
+    with pytest.raises(KeyboardInterrupt), _none_left(docker_client):
+        docker_client.containers.create(
+            base_image, ["sleep", "60"], labels={LABEL: "1", **process_owner()}
+        )
+        raise KeyboardInterrupt
+
+    assert tool_containers(docker_client, run=process_owner()[RUN_LABEL]) == []
 
 
 @pytest.mark.docker
