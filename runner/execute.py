@@ -50,6 +50,11 @@ _LINE_LIMIT = 1 << 20  # characters of one unfinished line held before they are 
 ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
 
 
+_STOPS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)  # what the command line takes as Ctrl-C
+
+
 class Cancelled(Exception):
     """A container was stopped because its result is no longer wanted (never a verdict)."""
 
@@ -216,7 +221,7 @@ def run_container(
 
 @contextlib.contextmanager
 def _uninterrupted() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back while the engine creates or removes a container.
+    """Hold Ctrl-C, SIGTERM and SIGHUP back while the engine creates or removes a container.
 
     An interrupt between sending a create and reading its answer left a container the engine
     made after the cleanup had looked for it; one just before a remove was sent left the
@@ -230,7 +235,7 @@ def _uninterrupted() -> Iterator[None]:
     held: list[int] = []
     previous: dict[int, Any] = {}
     try:
-        for number in (signal.SIGINT, signal.SIGTERM):
+        for number in _STOPS:
             if callable(signal.getsignal(number)):  # SIG_DFL/SIG_IGN: the process ends anyway
                 previous[number] = signal.signal(number, lambda got, _frame: held.append(got))
         yield

@@ -315,7 +315,7 @@ def test_ctrl_c_in_the_main_thread_mid_run_still_removes_the_container(
 
 
 @docker_test
-@pytest.mark.parametrize("interrupt", ["sigint", "interrupt_main"])
+@pytest.mark.parametrize("interrupt", ["sigint", "sighup", "interrupt_main"])
 @pytest.mark.parametrize("call", ["create_container", "remove_container"])
 def test_an_interrupt_while_the_engine_creates_or_removes_the_container_still_removes_it(
     call, interrupt, docker_client, base_image, tmp_path, monkeypatch
@@ -335,10 +335,10 @@ def test_an_interrupt_while_the_engine_creates_or_removes_the_container_still_re
         engine.append(slow)
         if call == "create_container":
             slow.start()  # the request is on its way; the engine answers later
-        if interrupt == "sigint":
-            os.kill(os.getpid(), signal.SIGINT)
-        else:
+        if interrupt == "interrupt_main":
             _thread.interrupt_main()
+        else:
+            os.kill(os.getpid(), signal.SIGHUP if interrupt == "sighup" else signal.SIGINT)
         time.sleep(0.2)  # the interrupt reaches the main thread meanwhile
         if call == "remove_container":
             slow.start()  # sent after the interrupt: only a caller that holds it sends it
@@ -346,9 +346,13 @@ def test_an_interrupt_while_the_engine_creates_or_removes_the_container_still_re
         return answer[0]
 
     monkeypatch.setattr(docker_client.api, call, interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run_container(docker_client, shell(base_image, "true"), log_path=tmp_path / "log")
-        time.sleep(30)  # only reached if the interrupt got lost
+    previous = signal.signal(signal.SIGHUP, signal.default_int_handler)  # as the CLI has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_container(docker_client, shell(base_image, "true"), log_path=tmp_path / "log")
+            time.sleep(30)  # only reached if the interrupt got lost
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
     for slow in engine:
         if slow.ident is not None:
