@@ -531,7 +531,8 @@ def run(
         bool | None,
         typer.Option(
             "--drift-check/--no-drift-check",
-            help="At the end, re-run the known-good and the last good commit (bad: exit 3).",
+            help="At the end, run the last good commit once more, and the known-good one "
+            "when that run failed or is not recent (bad: exit 3).",
         ),
     ] = None,
     confidence: Annotated[
