@@ -24,7 +24,13 @@ from typer.main import get_command
 
 from runner import __version__
 from runner.config import load_settings
-from runner.errors import BadInput, BisectError, EndpointsDoNotReproduce, InfrastructureError
+from runner.errors import (
+    STOP_SIGNALS,
+    BadInput,
+    BisectError,
+    EndpointsDoNotReproduce,
+    InfrastructureError,
+)
 from runner.wording import counted
 
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: how the shell reports a reader that went away
@@ -119,11 +125,6 @@ def _interrupt_on_sigterm() -> None:
     containers, would cut that short and leave one behind. It is said to be ignored; a third
     one ends the process at once (the next run removes what is left)."""
     stops = [0]
-    signals = [
-        signal.SIGINT,
-        signal.SIGTERM,
-        *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []),
-    ]
 
     def handler(signum: int, frame: object) -> None:
         stops[0] += 1
@@ -144,7 +145,7 @@ def _interrupt_on_sigterm() -> None:
             )
         os._exit(INTERRUPTED)
 
-    for number in signals:
+    for number in STOP_SIGNALS:
         signal.signal(number, handler)
 
 

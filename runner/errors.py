@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""What the tool takes as Ctrl-C: the command line stops on any of them (exit 130), and the
+engine calls a stop must not cut short hold all of them back."""
+
 
 class BisectError(Exception):
     """Base for every error the user can act on. The CLI prints it as one line."""

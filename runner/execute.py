@@ -29,7 +29,7 @@ import requests.exceptions
 
 from runner.containers import ContainerResult, ContainerSpec, Mount
 from runner.devices import Passthrough
-from runner.errors import BadInput, InfrastructureError
+from runner.errors import STOP_SIGNALS, BadInput, InfrastructureError
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -48,11 +48,6 @@ _POLL_SECONDS = 0.2  # how quickly a Ctrl-C or a failing echo stops the wait
 _GRACE_SECONDS = 10.0  # how long to wait for the engine to confirm a kill or flush the logs
 _LINE_LIMIT = 1 << 20  # characters of one unfinished line held before they are passed on
 ENGINE_ERRORS = (docker.errors.APIError, docker.errors.DockerException, requests.RequestException)
-
-
-_STOPS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)  # what the command line takes as Ctrl-C
 
 
 class Cancelled(Exception):
@@ -235,7 +230,7 @@ def _uninterrupted() -> Iterator[None]:
     held: list[int] = []
     previous: dict[int, Any] = {}
     try:
-        for number in _STOPS:
+        for number in STOP_SIGNALS:
             if callable(signal.getsignal(number)):  # SIG_DFL/SIG_IGN: the process ends anyway
                 previous[number] = signal.signal(number, lambda got, _frame: held.append(got))
         yield
