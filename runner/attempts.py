@@ -138,7 +138,9 @@ class DockerTester:
         self.toolchains = toolchains
         self.omit = tuple(omit)
         self.infra_retries = max(1, infra_retries)
-        self.phase = phase or (lambda _name: None)
+        self._show_phase = phase or (lambda _name: None)
+        self._phase_lock = threading.Lock()
+        self._phase_shown = ""
         self.echo = echo
         self.warn = warn
         self._git = Turns()  # mirror reads: a round's tests at once, a guess alone after them
@@ -702,8 +704,37 @@ class DockerTester:
             # already (the phase named the last job, a cached pypto while simpler built).
             waiting = [job for job in jobs if job.wheel not in self._built]
             if waiting:
-                self.phase("build " + " and ".join(f"{j.package} {j.commit[:12]}" for j in waiting))
+                self._phase_builds(waiting, futures)
         return futures
+
+    def _phase_builds(
+        self, waiting: list[BuildJob], futures: Mapping[str, Future[WheelResult]]
+    ) -> None:
+        """Name the builds the test waits for, and only those left as each one ends."""
+
+        def label(jobs: list[BuildJob]) -> str:
+            return "build " + " and ".join(f"{job.package} {job.commit[:12]}" for job in jobs)
+
+        shown = label(waiting)
+        self.phase(shown)
+
+        def narrow(_done: Future[WheelResult]) -> None:
+            left = [job for job in waiting if not futures[job.package].done()]
+            if left:
+                self.phase(label(left), unless_moved_from=shown)
+
+        if len(waiting) > 1:
+            for job in waiting:
+                futures[job.package].add_done_callback(narrow)
+
+    def phase(self, name: str, *, unless_moved_from: str | None = None) -> None:
+        """Show what the test is doing. `unless_moved_from`: only while that is still shown (a
+        build ending on another thread narrows its label, not a phase that came after it)."""
+        with self._phase_lock:
+            if unless_moved_from is not None and self._phase_shown != unless_moved_from:
+                return
+            self._phase_shown = name
+            self._show_phase(name)
 
     def _job(
         self,

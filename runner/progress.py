@@ -105,8 +105,17 @@ class ConsoleProgress:
         self.guessing = count
 
     def phase(self, name: str) -> None:
+        # Builds side by side ("build simpler X and pypto Y") narrow to the one left as the
+        # other ends: that one keeps its clock.
+        before, after = self.phase_name.partition("build ")[2], name.partition("build ")[2]
+        narrows = (
+            self.phase_name.startswith("build ")
+            and name.startswith("build ")
+            and after in before.split(" and ")
+        )
         self.phase_name = name
-        self.phase_started = time.monotonic()
+        if not narrows:
+            self.phase_started = time.monotonic()
 
     def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None:
         verdict = attempt.verdict.value

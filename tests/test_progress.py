@@ -110,3 +110,23 @@ def test_an_endpoint_check_says_what_it_checks_beside_the_step_count() -> None:
     beats = _beats(out.getvalue())
     assert "pypto step 1/~8 (check of the known-good end) · fcd0203f9ff6 · run" in beats[0]
     assert "pypto step 3/~8 · 0123456789ab" in beats[-1], beats
+
+
+def test_builds_side_by_side_narrow_to_the_one_left_which_keeps_its_clock() -> None:
+    console, _ = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=10) as progress:
+        progress.step_started("pypto", 2, 3, "fcd0203f9ff66ce0", "0a1b2c3d4e5f6a7b", "a subject")
+        progress.phase("build simpler 0a1b2c3d4e5f and pypto fcd0203f9ff6")
+        started = progress.phase_started
+        time.sleep(0.05)
+        progress.phase("build pypto fcd0203f9ff6")
+        assert progress.phase_name == "build pypto fcd0203f9ff6"
+        assert progress.phase_started == started
+        # Another build, or the run, starts its own clock.
+        time.sleep(0.01)
+        progress.phase("build pypto 1111111111111111")
+        assert progress.phase_started > started
+        started = progress.phase_started
+        time.sleep(0.01)
+        progress.phase("run")
+        assert progress.phase_started > started
