@@ -117,7 +117,8 @@ class ConsoleProgress:
         if not narrows:
             self.phase_started = time.monotonic()
 
-    def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None:
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str, check: str = "") -> None:
+        """`check`: what the run checked beside narrowing the range ("re-test, run 2")."""
         verdict = attempt.verdict.value
         style = VERDICT_STYLE.get(verdict, "white")
         where = f"pypto {attempt.pypto_sha[:12]}"
@@ -128,6 +129,8 @@ class ConsoleProgress:
             if reused
             else f"build {attempt.build_s:.1f}s run {attempt.run_s:.1f}s"
         )
+        if check:
+            origin = f"{check}; {origin}"
         reason = f" - {attempt.reason}" if attempt.reason else ""
         self._print(
             f"  [{style}]{verdict:4}[/{style}] {attempt.level:7} {where} "

@@ -122,7 +122,9 @@ class Events(Protocol):
         subject: str,
         check: str = "",
     ) -> None: ...
-    def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None: ...
+    def attempt_done(
+        self, attempt: Attempt, reused: bool, subject: str, check: str = ""
+    ) -> None: ...
     def note(self, text: str) -> None: ...
     def warn(self, text: str) -> None: ...
 
@@ -143,7 +145,7 @@ class QuietEvents:
     ) -> None:
         pass
 
-    def attempt_done(self, attempt: Attempt, reused: bool, subject: str) -> None:
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str, check: str = "") -> None:
         pass
 
     def note(self, text: str) -> None:
@@ -151,6 +153,11 @@ class QuietEvents:
 
     def warn(self, text: str) -> None:
         pass
+
+
+def _again(runs: int) -> str:
+    """The label of a pair's run after `runs` earlier ones."""
+    return f"re-test, run {runs + 1}" if runs else ""
 
 
 DRIFT_STREAK = 3
@@ -503,13 +510,23 @@ class Session:
     def parallel(self) -> int:
         return max(1, int(getattr(self.tester, "parallel", 1)))
 
-    def _run_round(self, requests: Sequence[Request]) -> list[Attempt]:
-        """Run a round of tests (at once when the tester can); events as each one ends."""
+    def _run_round(self, requests: Sequence[Request], checks: Sequence[str] = ()) -> list[Attempt]:
+        """Run a round of tests (at once when the tester can); events as each one ends.
+        `checks`: what each request checks ("re-test, run 2"), for the line it ends with."""
+        labels: dict[tuple[str, str, str | None], list[str]] = {}
+        for request, check in zip(requests, checks, strict=False):
+            labels.setdefault((request.level, request.pypto, request.simpler), []).append(check)
 
         def done(attempt: Attempt) -> None:
             self._saw(attempt)
             subject = self.subject(attempt.pypto_sha, attempt.simpler_sha, attempt.level)
-            self.events.attempt_done(judged(attempt, self.tolerance), reused=False, subject=subject)
+            left = labels.get((attempt.level, attempt.pypto_sha, attempt.simpler_sha))
+            self.events.attempt_done(
+                judged(attempt, self.tolerance),
+                reused=False,
+                subject=subject,
+                check=left.pop(0) if left else "",
+            )
 
         run_round = getattr(self.tester, "test_round", None)
         if run_round is not None:
@@ -531,8 +548,12 @@ class Session:
             if seen:
                 self._count(result, index, seen)
                 reused += len(seen)
-        if reused:
-            self.events.note(f"{counted(reused, f'{result.level} verdict')} reused from the ledger")
+        self._reused(result.level, reused)
+
+    def _reused(self, kind: str, count: int) -> None:
+        """Say how many verdicts of a kind a resumed session took from the ledger."""
+        if count:
+            self.events.note(f"{counted(count, f'{kind} verdict')} reused from the ledger")
 
     def _ends_due(self, result: LevelResult) -> int:
         """The first level's endpoint checks not run yet: the step estimate counts the steps
@@ -543,14 +564,15 @@ class Session:
         ends = (0, len(result.candidates) - 1)
         return sum(1 for i in ends if not result.observations.get(i))
 
-    def _check(self, result: LevelResult, index: int) -> str:
-        """What a first-level test of an end checks, for the progress line: the known-good
-        end's first run is the endpoint check, later ones re-test it (flakiness, drift)."""
-        if result.level != "pypto" or index not in (0, len(result.candidates) - 1):
-            return ""
-        end = "good" if index == 0 else "bad"
-        again = bool(result.observations.get(index))
-        return f"{'re-test of the' if again else 'check of the'} known-{end} end"
+    def _check(self, result: LevelResult, index: int, earlier: int = 0) -> str:
+        """What a test checks, for the progress: a first-level end's first run is the endpoint
+        check, later ones re-test it (flakiness, drift); another commit's later runs are
+        re-tests (the boundary's, a flaky commit's). `earlier`: runs of it in the same round."""
+        runs = len(result.observations.get(index, ())) + earlier
+        if result.level == "pypto" and index in (0, len(result.candidates) - 1):
+            end = "good" if index == 0 else "bad"
+            return f"{'re-test of the' if runs else 'check of the'} known-{end} end"
+        return _again(runs)
 
     def _step(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]], index: int
@@ -564,9 +586,10 @@ class Session:
         indices: Sequence[int],
     ) -> list[Attempt]:
         """One round: test the candidates at `indices` at once (one per device)."""
-        requests = []
-        for index in indices:
+        requests, checks = [], []
+        for number, index in enumerate(indices):
             pypto, simpler = pair(result.candidates[index])
+            checks.append(self._check(result, index, earlier=indices[:number].count(index)))
             self.events.step_started(
                 result.level,
                 result.tests,
@@ -574,10 +597,10 @@ class Session:
                 pypto,
                 simpler,
                 self.subject(pypto, simpler, result.level),
-                self._check(result, index),
+                checks[-1],
             )
             requests.append(Request(result.level, pypto, simpler))
-        attempts = self._run_round(requests)
+        attempts = self._run_round(requests, checks)
         for index, attempt in zip(indices, attempts, strict=True):
             result.tests += 1
             self._count(result, index, [attempt])
@@ -1440,8 +1463,7 @@ class Session:
             for pair in {pair for pairs in links for pair in pairs}
             for a in self.lookup(*pair)
         )
-        if reused:  # (the pypto level said how many of its own it reused)
-            self.events.note(f"{counted(reused, 'simpler verdict')} reused from the ledger")
+        self._reused("simpler", reused)  # (the pypto level said how many of its own it reused)
         try:
             self._bisect(chain, self._pair(chain))
             own = self._own_link_unseen(chain, first, links, origin, c, lo)
@@ -1855,6 +1877,7 @@ class Session:
         elif last != known[1:] and not recent:
             pairs.append(("last good", *last))
         seen = [self._drift_verdicts(pair[1:], after=self._last_search) for pair in pairs]
+        self._reused("drift check", sum(map(len, seen)))
         verdicts = self._judge_pairs(
             "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
         )
@@ -1923,7 +1946,8 @@ class Session:
 
         def run(picks: Sequence[int]) -> None:
             requests = [Request(level, *pairs[i]) for i in picks]
-            for i, attempt in zip(picks, self._run_round(requests), strict=True):
+            checks = [_again(len(seen[i]) + picks[:n].count(i)) for n, i in enumerate(picks)]
+            for i, attempt in zip(picks, self._run_round(requests, checks), strict=True):
                 seen[i].append(self.verdict(attempt))
 
         return run
@@ -2037,6 +2061,7 @@ class Session:
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
         seen = [[self.verdict(a) for a in self._recorded("split", *half)] for half in halves]
+        self._reused("split", sum(map(len, seen)))
         good, bad = Verdict.GOOD, Verdict.BAD
         if self.repeat is None:
             # The halves only choose the route. When the code half's first run passes, the joint

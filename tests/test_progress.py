@@ -8,6 +8,8 @@ import time
 from rich.console import Console
 
 from runner.progress import ConsoleProgress
+from runner.search import Verdict
+from tests.fixtures.attempts import recorded
 
 
 def _console(terminal: bool) -> tuple[Console, io.StringIO]:
@@ -130,3 +132,16 @@ def test_builds_side_by_side_narrow_to_the_one_left_which_keeps_its_clock() -> N
         time.sleep(0.01)
         progress.phase("run")
         assert progress.phase_started > started
+
+
+def test_the_line_a_run_ends_with_says_what_it_checked() -> None:
+    console, out = _console(terminal=False)
+    attempt = recorded(
+        pypto="fcd0203f9ff6" + "0" * 28, verdict=Verdict.BAD, build_s=1.25, run_s=0.5
+    )
+    with ConsoleProgress(console, heartbeat=10) as progress:
+        progress.attempt_done(attempt, reused=False, subject="a subject", check="re-test, run 2")
+        progress.attempt_done(attempt, reused=False, subject="a subject")
+    first, second = out.getvalue().splitlines()
+    assert first.endswith("a subject (re-test, run 2; build 1.2s run 0.5s)"), first
+    assert second.endswith("a subject (build 1.2s run 0.5s)"), second

@@ -8,6 +8,7 @@ scenarios through containers.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import random
@@ -44,6 +45,7 @@ from runner.session import (
 )
 from runner.sources import SourceExporter
 from runner.verdict import Tolerance
+from runner.wording import counted
 from runner.workflow import endpoint_error
 from tests.fixtures.attempts import recorded
 from tests.fixtures.histories import expected_outcome, monotone, sample_specs
@@ -987,6 +989,7 @@ class Steps(QuietEvents):
     def __init__(self) -> None:
         self.totals: list[tuple[Level, int]] = []
         self.checks: list[str] = []
+        self.done: list[tuple[Level, str, str | None, str]] = []
 
     def step_started(
         self,
@@ -1000,6 +1003,9 @@ class Steps(QuietEvents):
     ) -> None:
         self.totals.append((level, done + left))
         self.checks.append(check)
+
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str, check: str = "") -> None:
+        self.done.append((attempt.level, attempt.pypto_sha, attempt.simpler_sha, check))
 
 
 def test_the_step_estimate_counts_the_endpoint_checks_and_the_boundary_from_the_first_step(
@@ -1018,10 +1024,23 @@ def test_the_step_estimate_counts_the_endpoint_checks_and_the_boundary_from_the_
     assert pypto[:3] == [pypto[0]] * 3, pypto
     assert len(tester.tested) in (pypto[0], pypto[-1]), pypto
     assert max(pypto) - min(pypto) <= 1, pypto
-    # The endpoint checks say so; the steps that narrow the range and the boundary's re-runs
-    # say nothing, and a re-test of an end (the drift check) says it is one.
+    # The endpoint checks say so, on the status line and on the line each run ends with; the
+    # steps that narrow the range say nothing, and every later run of a pair (the boundary's,
+    # an end's) says which run of it it is, as a CI log shows it.
     assert events.checks[:2] == ["check of the known-good end", "check of the known-bad end"]
     assert all("known-" not in c or c.startswith("re-test") for c in events.checks[2:])
+    runs: collections.Counter[tuple[str, str | None]] = collections.Counter()
+    repeats = 0
+    for level, pypto, simpler, check in events.done:
+        if level != "pypto":
+            continue
+        runs[pypto, simpler] += 1
+        if runs[pypto, simpler] == 1:
+            assert not check.startswith("re-test"), events.done
+        elif "known-" not in check:
+            repeats += 1
+            assert check == f"re-test, run {runs[pypto, simpler]}", events.done
+    assert repeats >= 2, events.done  # the boundary's re-runs
 
 
 def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_factory):
@@ -1035,6 +1054,30 @@ def test_a_resumed_joint_search_says_how_many_simpler_verdicts_it_reused(sample_
     bisect(sample, tester=resumed, events=events)
 
     assert f"{simpler_runs} simpler verdicts reused from the ledger" in events.notes
+
+
+def test_a_resumed_session_says_how_many_split_and_drift_verdicts_it_reused(sample_factory):
+    """The split halves' and the drift check's runs are reused too, and the summary counts
+    them beside each level's (it used to leave them out). Fixed repeats: the drift check then
+    re-runs the known-good end."""
+    spec = SampleSpec(
+        **SMALL, bumps=((4, 6),), code_with_bump=frozenset({4}), simpler_regression_at=3
+    )
+    sample = sample_factory(spec)
+    _, first_run = bisect(sample, repeat=1)
+    runs = collections.Counter(level for level, _, _ in first_run.tested)
+    assert runs["split"] and runs["drift"], runs
+    resumed = SpecTester(sample)
+    resumed.attempts = list(first_run.attempts)
+    events = Notes()
+
+    bisect(sample, tester=resumed, events=events, repeat=1)
+
+    assert resumed.tested == []
+    assert f"{counted(runs['split'], 'split verdict')} reused from the ledger" in events.notes
+    assert f"{counted(runs['drift'], 'drift check verdict')} reused from the ledger" in (
+        events.notes
+    )
 
 
 @pytest.mark.parametrize(("regression", "blamed"), [(2, 0), (5, 2)])
