@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -151,7 +152,26 @@ def _script(lib: Path, script: str | None, given_as: str = "--script") -> str:
     return relative.as_posix()
 
 
-def base_image_id(client: docker.DockerClient, name: str) -> str:
+# Docker's image reference (distribution/reference): [host[:port]/]path[:tag][@digest], or an
+# image id. A name the engine would reject is the user's typo, not the engine's fault.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+
+
+def base_image_id(client: docker.DockerClient, name: str, given_as: str = "--base-image") -> str:
+    if not name.strip():
+        raise BadInput(f"{given_as} is empty: name the CANN-based image to build and run in")
+    if not IMAGE_REFERENCE.fullmatch(name):
+        raise BadInput(
+            f"{given_as} {name!r} is not an image name Docker accepts "
+            "(repository[:tag][@digest], lowercase repository, no spaces)"
+        )
     try:
         return client.images.get(name).id
     except docker.errors.ImageNotFound:
@@ -160,6 +180,10 @@ def base_image_id(client: docker.DockerClient, name: str) -> str:
             "(nothing is pulled automatically, so every verdict uses a known image)"
         ) from None
     except docker.errors.APIError as exc:
+        if exc.status_code == 400:  # the engine refuses the name itself
+            raise BadInput(
+                f"{given_as} {name!r} is not an image name Docker accepts: {exc.explanation or exc}"
+            ) from None
         raise InfrastructureError(f"the Docker Engine failed to inspect {name}: {exc}") from exc
 
 
@@ -256,7 +280,7 @@ def prepare_builders(
     chain = [good, *history.first_parent_range(settings.known_good, settings.bad or "HEAD")]
     _check_submodule_path(history, good, chain[1:], settings)  # as `run` does
     client = connect()
-    image_id = base_image_id(client, settings.base_image)
+    image_id = base_image_id(client, settings.base_image, settings.given_as("base_image"))
     cache_root = settings.cache_root().resolve()
     toolchains = Toolchains(
         SourceExporter(
@@ -387,7 +411,7 @@ def prepare(settings: Settings) -> Prepared:
         )
         slots = device_slots(settings)
     client = connect()
-    image_id = base_image_id(client, settings.base_image)
+    image_id = base_image_id(client, settings.base_image, settings.given_as("base_image"))
     if settings.executor != "ray":
         _fits_the_engine(client, settings)
     try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)

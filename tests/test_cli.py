@@ -146,6 +146,28 @@ def test_a_base_image_missing_from_the_engine_is_named(sample, tmp_path, docker_
     assert_one_line_error(result, 2, "no-such-image:never")
 
 
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("", "--base-image is empty"),
+        (" ", "--base-image is empty"),
+        ("UPPER:tag", "--base-image 'UPPER:tag' is not an image name Docker accepts"),
+        ("foo bar", "--base-image 'foo bar' is not an image name"),
+        (":latest", "--base-image ':latest' is not an image name"),
+    ],
+)
+def test_a_base_image_name_docker_cannot_take_is_bad_input(sample, tmp_path, name, fragment):
+    """Not the engine's fault (they were exit 4, "the Docker Engine stopped answering")."""
+    assert_one_line_error(cli(*args_with(sample, tmp_path, base_image=name)), 2, fragment)
+    args = args_with(sample, tmp_path)
+    at = args.index("--base-image")
+    del args[at : at + 2]
+    from_env = cli(*args, env={"BISECT_PRECISION_BASE_IMAGE": name})
+    what = "is empty" if not name.strip() else f"{name!r} is not an image name"
+    assert_one_line_error(from_env, 2, f"BISECT_PRECISION_BASE_IMAGE {what}")
+
+
 def test_no_docker_engine_is_an_infrastructure_failure(sample, tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     assert_one_line_error(cli(*args_with(sample, tmp_path)), 4, "Docker Engine")
