@@ -7,6 +7,7 @@ typo in a revision costs a second, not a wheel build.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import posixpath
@@ -123,6 +124,17 @@ def _fits_the_engine(client: docker.DockerClient, settings: Settings) -> None:
             f"{settings.given_as('memory')} {settings.memory} is more than the "
             f"{total / 2**30:.1f} GiB of memory of the Docker Engine's host"
         )
+
+
+def _create(path: Path, value: Path, flag: str) -> None:
+    """Make a directory `writable_directory` allowed: a path writable on paper may still refuse
+    one (under /proc, a read-only mount), which is the path's fault, not the machine's."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            raise InfrastructureError(f"{flag} {value}: cannot create it ({exc.strerror})") from exc
+        raise BadInput(f"{flag} {value}: cannot create it ({exc.strerror or exc})") from None
 
 
 def writable_directory(value: Path, flag: str) -> Path:
@@ -414,13 +426,10 @@ def prepare(settings: Settings) -> Prepared:
     image_id = base_image_id(client, settings.base_image, settings.given_as("base_image"))
     if settings.executor != "ray":
         _fits_the_engine(client, settings)
-    try:  # a path writable on paper may still refuse a directory (/proc, a read-only mount)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInput(
-            f"{settings.given_as('cache_dir')} {settings.cache_root()}: cannot create it "
-            f"({exc.strerror or exc})"
-        ) from None
+    _create(cache_dir, settings.cache_root(), settings.given_as("cache_dir"))
+    _create(
+        settings.workdir.expanduser().absolute(), settings.workdir, settings.given_as("workdir")
+    )
     workdir = settings.workdir.expanduser().resolve()
     cache_root = settings.cache_root().resolve()
     inputs = SessionInputs(

@@ -66,6 +66,7 @@ def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
         ("platform", "a2a3simm", "unknown platform 'a2a3simm'"),
         ("submodule_path", "nope", "--submodule-path nope: neither end of the range has"),
         ("cache_dir", "/proc/nope", "--cache-dir /proc/nope: cannot create it"),
+        ("workdir", "/proc/nope", "--workdir /proc/nope: cannot create it"),
     ],
 )
 def test_bad_flags_get_one_line_and_exit_2(sample, tmp_path, flag, value, fragment):
