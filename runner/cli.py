@@ -984,15 +984,17 @@ def log(workdir: WorkdirOpt = None, session: SessionOpt = None, config: ConfigOp
         folder = _workdir(workdir, config).resolve()
         path = ledger_path(folder)
         document = Ledger.read(path if session is None else earlier_session(path, session))
-    text = None
-    with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone still replay
-        tested = {a.pypto_sha for a in document.attempts}
-        history = History(Path(document.inputs.pypto_repo))
-        subjects = history.subjects(tested | {document.inputs.good, document.inputs.bad})
-        boundary = None
-        with suppress(BisectError, OSError):  # the session's answer, as the report gives it
+        history = None
+        with suppress(BisectError, OSError):  # the checkout moved or is gone: shas alone replay
+            history = History(Path(document.inputs.pypto_repo))
+        text = None
+        if history is not None:
+            # Checked against the checkout as `status` and `report` check it: a ledger naming
+            # commits it lacks or that lie outside the range is refused, not printed.
             boundary = replay(folder, session=session).outcome.pypto.first_bad
-        text = bisect_log(document, history, subjects, boundary)
+            tested = {a.pypto_sha for a in document.attempts}
+            subjects = history.subjects(tested | {document.inputs.good, document.inputs.bad})
+            text = bisect_log(document, history, subjects, boundary)
     OUT.print(text or to_git_bisect_log(document), markup=False, end="")
 
 

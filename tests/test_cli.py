@@ -1020,3 +1020,25 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_141_not_1():
 
     assert proc.returncode == 141, err
     assert err == b""
+
+
+def test_log_without_the_checkout_prints_the_recorded_commits_alone(tmp_path):
+    """The checkout moved or is gone: nothing to check the ledger against, and the shas alone
+    still replay (with the checkout there, `log` refuses what `status` refuses: test_e2e)."""
+    from runner.ledger import Ledger
+    from runner.search import Verdict
+    from tests.test_ledger import make_attempt, make_inputs, sha
+
+    with Ledger.open(
+        tmp_path / "w" / "ledger.json", make_inputs(tmp_path), tool_version="0"
+    ) as ledger:
+        ledger.record(make_attempt("001", sha("one")))
+        ledger.record(make_attempt("002", sha("two"), verdict=Verdict.BAD))
+    assert not (tmp_path / "pypto").exists()
+
+    result = cli("log", "--workdir", str(tmp_path / "w"))
+
+    assert result.returncode == 0, result.stderr
+    assert f"git bisect start '--first-parent' '{sha('bad')}' '{sha('good')}'" in result.stdout
+    assert f"git bisect good {sha('one')}" in result.stdout
+    assert f"git bisect bad {sha('two')}" in result.stdout

@@ -699,6 +699,7 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     for command in (
         ["status", "--workdir", str(edited)],
         ["report", "--workdir", str(edited)],
+        ["log", "--workdir", str(edited)],  # (it printed the edited commit, exit 0)
         run_args(sample, edited, shared_cache),
     ):
         refused = cli(*command)
