@@ -751,11 +751,39 @@ def _load(path: Path) -> LedgerDocument:
             f"{LEDGER_SCHEMA_VERSION}; {untouched}: upgrade {TOOL_NAME} to resume it"
         )
     try:
-        return LedgerDocument.model_validate_json(raw)
+        document = LedgerDocument.model_validate_json(raw)
     except ValidationError as exc:
         raise LedgerError(
             f"ledger {path} is damaged ({_summarize(exc)}); {untouched}: {_start_over(path)}"
         ) from exc
+    return _relocated(document, path.absolute().parent)
+
+
+def _relocated(document: LedgerDocument, here: Path) -> LedgerDocument:
+    """The document with its attempts' files where the ledger is now.
+
+    Attempts record absolute paths (``<workdir>/runs/<run folder>``, the logs in it). A workdir
+    moved or copied elsewhere (a CI artifact downloaded, a folder handed over) keeps those
+    folders beside its ledger: the paths follow it, so the report, `reproduce` and `export` find
+    them. A path outside the workdir (a build log in the wheel cache) stays as it is."""
+    attempts = []
+    for attempt in document.attempts:
+        folder = Path(attempt.artifacts_dir) if attempt.artifacts_dir else None
+        if folder is None or folder.parent.name != "runs":
+            attempts.append(attempt)
+            continue
+        old, new = folder.parent.parent, here
+        moved = new / "runs" / folder.name
+        if old == new or not moved.is_dir():
+            attempts.append(attempt)
+            continue
+        update: dict[str, str] = {"artifacts_dir": str(moved)}
+        if attempt.log_path and Path(attempt.log_path).is_relative_to(old):
+            update["log_path"] = str(new / Path(attempt.log_path).relative_to(old))
+        attempts.append(attempt.model_copy(update=update))
+    if all(a is b for a, b in zip(attempts, document.attempts, strict=True)):
+        return document
+    return document.model_copy(update={"attempts": attempts})
 
 
 _FIELD_MEANING = {

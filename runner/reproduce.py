@@ -137,6 +137,8 @@ def reproduce(
     moved = {"cache_dir": cache_dir.expanduser().resolve()} if cache_dir is not None else {}
     settings = settings.model_copy(
         update={
+            # Where the workdir is now: it may have moved since (its lib snapshot with it).
+            "workdir": workdir,
             "pypto": inputs.checkout(),
             "lib": Path(inputs.lib_repo),
             "known_good": inputs.good,

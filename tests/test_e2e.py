@@ -708,6 +708,20 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert (edited / "ledger.json").read_bytes() == before
 
+    # The workdir moved (a CI artifact downloaded elsewhere): its report, and a reproduction,
+    # find the runs and the example's snapshot where they are now (they looked in the old place:
+    # "example ... not found in <old workdir>/lib-snapshot/...").
+    moved = tmp_path / "moved"
+    shutil.move(workdir, moved)
+    rewritten = cli("report", "--workdir", str(moved))
+    assert rewritten.returncode == 0, rewritten.stderr
+    report = (moved / "report.md").read_text()
+    assert str(workdir) not in report and "artifacts are missing" not in report, report
+    there = cli("reproduce", "--workdir", str(moved), culprit_run)
+    assert there.returncode == 0, there.stderr
+    assert "the verdict reproduces" in there.stdout
+    assert not workdir.exists()
+
 
 @pytest.mark.parametrize("presses", [1, 2, 3], ids=["once", "twice", "thrice"])
 def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(

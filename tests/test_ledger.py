@@ -1140,3 +1140,34 @@ def test_skip_reasons_beyond_the_three_commonest_are_counted_not_dropped(tmp_pat
     assert notes[-1] == (
         "1 more candidate could not be tested for 1 other reason (the Steps table has each)"
     )
+
+
+def test_a_moved_workdir_keeps_its_attempts_files_beside_its_ledger(tmp_path: Path) -> None:
+    """Run folders (and the logs in them) follow the ledger; a log in the wheel cache, outside
+    the workdir, and a folder the move did not bring stay as recorded. The next write keeps
+    the new paths."""
+    old = tmp_path / "work"
+    runs = old / "runs"
+    cache_log = tmp_path / "cache" / "logs" / "build.log"
+    with Ledger.open(old / "ledger.json", make_inputs(tmp_path), tool_version="t") as ledger:
+        for run_id, log in (("001-a", runs / "001-a" / "log.txt"), ("002-b", cache_log)):
+            (runs / run_id).mkdir(parents=True)
+            ledger.record(
+                make_attempt(
+                    run_id, sha(run_id), artifacts_dir=str(runs / run_id), log_path=str(log)
+                )
+            )
+        ledger.record(make_attempt("003-c", sha("c"), artifacts_dir=str(runs / "003-c")))
+    new = tmp_path / "elsewhere" / "work"
+    new.parent.mkdir()
+    old.rename(new)
+
+    first, second, gone = Ledger.read(new / "ledger.json").attempts
+    assert first.artifacts_dir == str(new / "runs" / "001-a")
+    assert first.log_path == str(new / "runs" / "001-a" / "log.txt")
+    assert second.artifacts_dir == str(new / "runs" / "002-b")
+    assert second.log_path == str(cache_log)
+    assert gone.artifacts_dir == str(runs / "003-c")  # never made: nothing to follow
+    with Ledger.open(new / "ledger.json", make_inputs(tmp_path), tool_version="t") as ledger:
+        ledger.record(make_attempt("004-d", sha("d")))
+    assert str(old) + "/runs/001-a" not in (new / "ledger.json").read_text()
