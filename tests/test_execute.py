@@ -467,7 +467,9 @@ def test_only_containers_of_runs_that_are_really_gone_are_removed(docker_client,
     try:
         removed = set(remove_stale_containers(docker_client))
 
-        assert {what for what, c in started.items() if c.name in removed} == gone
+        # Another run of the tool on this engine may remove a stale one first (every run does at
+        # its start): what this call removed is stale, and afterwards every stale one is gone.
+        assert {what for what, c in started.items() if c.name in removed} <= gone
         for what, container in started.items():
             if what in gone:
                 with pytest.raises(docker.errors.NotFound):
