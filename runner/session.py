@@ -444,6 +444,7 @@ class Session:
         self.tolerance = tolerance
         self.drift_check = drift_check
         self._times: list[datetime] = []  # when each attempt of the bisect stages finished
+        self._fresh: set[str] = set()  # run ids of the attempts this invocation ran
         # The latest run a level counted, loaded or new: drift runs before it checked the
         # environment of another moment (`_drift_midway`), not of the end.
         self._last_search: tuple[datetime, str] = (datetime.min.replace(tzinfo=timezone.utc), "")
@@ -518,6 +519,7 @@ class Session:
             labels.setdefault((request.level, request.pypto, request.simpler), []).append(check)
 
         def done(attempt: Attempt) -> None:
+            self._fresh.add(attempt.run_id)
             self._saw(attempt)
             subject = self.subject(attempt.pypto_sha, attempt.simpler_sha, attempt.level)
             left = labels.get((attempt.level, attempt.pypto_sha, attempt.simpler_sha))
@@ -549,6 +551,15 @@ class Session:
                 self._count(result, index, seen)
                 reused += len(seen)
         self._reused(result.level, reused)
+
+    def _from_ledger(self, attempts: Sequence[Sequence[Attempt]], level: str = "") -> int:
+        """How many of `attempts` (of `level`) an earlier invocation ran."""
+        return sum(
+            1
+            for group in attempts
+            for a in group
+            if a.run_id not in self._fresh and (not level or a.level == level)
+        )
 
     def _reused(self, kind: str, count: int) -> None:
         """Say how many verdicts of a kind a resumed session took from the ledger."""
@@ -1839,10 +1850,14 @@ class Session:
     ) -> list[Verdict]:
         """The verdicts of the pair's drift checks that finished after `after` (a run's
         (finished at, run id)): the earlier ones checked the environment of another moment."""
-        pypto, simpler = pair
+        return [self.verdict(a) for a in self._drift_attempts(pair, after)]
+
+    def _drift_attempts(
+        self, pair: tuple[str, str | None], after: tuple[datetime, str]
+    ) -> list[Attempt]:
         return [
-            self.verdict(a)
-            for a in self.lookup(pypto, simpler)
+            a
+            for a in self.lookup(*pair)
             if a.level == "drift" and (a.finished_at, a.run_id) > after
         ]
 
@@ -1876,8 +1891,9 @@ class Session:
             pairs = []
         elif last != known[1:] and not recent:
             pairs.append(("last good", *last))
-        seen = [self._drift_verdicts(pair[1:], after=self._last_search) for pair in pairs]
-        self._reused("drift check", sum(map(len, seen)))
+        ran = [self._drift_attempts(pair[1:], after=self._last_search) for pair in pairs]
+        seen = [[self.verdict(a) for a in attempts] for attempts in ran]
+        self._reused("drift check", self._from_ledger(ran))
         verdicts = self._judge_pairs(
             "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
         )
@@ -2060,8 +2076,9 @@ class Session:
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
-        seen = [[self.verdict(a) for a in self._recorded("split", *half)] for half in halves]
-        self._reused("split", sum(map(len, seen)))
+        recorded = [self._recorded("split", *half) for half in halves]
+        seen = [[self.verdict(a) for a in attempts] for attempts in recorded]
+        self._reused("split", self._from_ledger(recorded, level="split"))
         good, bad = Verdict.GOOD, Verdict.BAD
         if self.repeat is None:
             # The halves only choose the route. When the code half's first run passes, the joint

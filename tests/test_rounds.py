@@ -23,6 +23,7 @@ from tests.fixtures.histories import expected_outcome, monotone, sample_specs
 from tests.test_session import (
     EXTRA,
     SMALL,
+    Notes,
     SpecTester,
     bisect,
     session_over,
@@ -418,3 +419,18 @@ def test_a_replay_names_the_whole_round_the_devices_would_run_next(sample_factor
     named = {(pending.pypto, pending.simpler), *pending.also}
     assert named == {(p, s) for _, p, s in full.rounds[2]} and len(named) == 2
     assert str(pending).startswith("pypto tests of ")
+
+
+def test_a_fresh_session_says_it_reused_nothing_though_it_ran_drift_checks(sample_factory):
+    """A very flaky example makes the session re-run the known-good commit mid-search, at times
+    in its last rounds: those runs are this session's own, not verdicts taken from the ledger
+    (it said "1 drift check verdict reused from the ledger")."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
+    drift_runs = 0
+    for seed in range(12):
+        tester = RoundTester(sample, parallel=2, false_fail=0.35, false_pass=0.2, seed=seed)
+        events = Notes()
+        bisect(sample, tester=tester, events=events)
+        drift_runs += sum(level == "drift" for level, _, _ in tester.tested)
+        assert not [note for note in events.notes if "reused" in note], (seed, events.notes)
+    assert drift_runs
