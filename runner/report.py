@@ -720,8 +720,18 @@ def _headline(outcome: Outcome, facts: ReportFacts) -> str:
     if not outcome.finished and outcome.rejudged is not None:
         pending = outcome.pending
         ends = outcome.pypto.candidates
-        if pending is not None and not pending.also and pending.pypto in (ends[0], ends[-1]):
-            which = "good" if pending.pypto == ends[0] else "bad"
+        at = {ends[0]: 0, ends[-1]: len(ends) - 1}.get(pending.pypto) if pending else None
+        # Only where an end's recorded runs now give the other verdict: a drift check's re-run
+        # of the known-good commit, or a re-test for confidence, is just the test named below.
+        flipped = Verdict.BAD if at == 0 else Verdict.GOOD
+        if (
+            pending is not None
+            and not pending.also
+            and pending.level == "pypto"
+            and at is not None
+            and flipped in outcome.pypto.observations.get(at, ())
+        ):
+            which = "good" if at == 0 else "bad"
             now = "fails" if which == "good" else "passes"
             return (
                 f"Re-judged by {outcome.rejudged}: the known-{which} commit {pending.pypto[:12]} "

@@ -2147,3 +2147,30 @@ def test_commits_skipped_by_the_user_are_one_note_naming_each(sample_factory):
     notes = [n for n in report_notes(sample, outcome, tester) if "skipped by --skip" in n]
     listed = ", ".join(sorted(sha[:12] for sha in skipped))
     assert notes == [f"2 simpler candidates could not be tested: skipped by --skip ({listed})"]
+
+
+@pytest.mark.parametrize(
+    ("level", "seen", "says"),
+    [
+        ("drift", [Verdict.GOOD], "the ledger lacks tests these limits need"),
+        ("pypto", [Verdict.GOOD], "the ledger lacks tests these limits need"),
+        ("pypto", [Verdict.GOOD, Verdict.BAD], "the known-good commit aaaaaaaaaaaa fails under"),
+    ],
+    ids=["drift re-run", "re-test", "flipped"],
+)
+def test_a_rethreshold_headline_says_an_end_fails_only_when_its_runs_do(level, seen, says):
+    """A re-judged ledger that needs another run of the known-good commit said it "fails under
+    these limits in runs the ledger has" though its one run passed: the run needed was the
+    drift check's."""
+    from runner.report import _headline
+
+    ends = ["a" * 40, "b" * 40, "c" * 40]
+    outcome = Outcome(
+        "pypto",
+        LevelResult("pypto", ends, observations={0: seen, 2: [Verdict.BAD]}),
+        pending=Pending(level, ends[0], None),
+        rejudged="max_abs_diff <= 0.0001",
+    )
+    headline = _headline(outcome, ReportFacts())
+    assert headline.startswith("Re-judged by max_abs_diff <= 0.0001: "), headline
+    assert says in headline, headline
