@@ -10,11 +10,12 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,36 +37,60 @@ from runner.wording import counted
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: how the shell reports a reader that went away
 
 
-class _Stdout:
-    """sys.stdout for `OUT`, whose reader may go away (`status | head -1`): the command then
-    ends with 141, as a tool killed by SIGPIPE does, not with 1, which means inconclusive here,
-    and without a word (there is no one left to read it)."""
+_PIPE = {"closed": False}  # a console's reader went away: the command ends with 141
+
+
+class _Stream:
+    """sys.stdout or sys.stderr for a console, whose reader may go away (`status | head -1`,
+    `run 2>&1 | head`): the command then ends with 141, as a tool killed by SIGPIPE does, not
+    with 1, which means inconclusive here, and without a word (no one is left to read it).
+
+    Later writes go nowhere. Where stdout closes on the main thread the command ends there; a
+    closed stderr (a run's progress, written from any thread) stops the command as Ctrl-C does,
+    so a run removes its containers and keeps its ledger resumable.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @property
+    def _stream(self) -> Any:
+        return getattr(sys, self.name)
 
     def write(self, text: str) -> int:
         try:
-            return sys.stdout.write(text)
+            return self._stream.write(text)
         except BrokenPipeError:
             self._closed()
+            return len(text)
 
     def flush(self) -> None:
         try:
-            sys.stdout.flush()
+            self._stream.flush()
         except BrokenPipeError:
             self._closed()
 
-    @staticmethod
-    def _closed() -> NoReturn:
+    def _closed(self) -> None:
         # Later writes (and the interpreter's last flush) go nowhere instead of failing again.
         with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise typer.Exit(PIPE_CLOSED)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        first = not _PIPE["closed"]
+        _PIPE["closed"] = True
+        if self.name == "stdout" and threading.current_thread() is threading.main_thread():
+            raise typer.Exit(PIPE_CLOSED)
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)
 
-    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...: the real stdout's
-        return getattr(sys.stdout, name)
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...: the real stream's
+        return getattr(self._stream, name)
 
 
-ERR = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-OUT = Console(file=_Stdout(), highlight=False, soft_wrap=True, markup=False)  # type: ignore[arg-type]
+def _stderr_console(**options: Any) -> Console:
+    return Console(file=_Stream("stderr"), highlight=False, soft_wrap=True, **options)  # type: ignore[arg-type]
+
+
+ERR = _stderr_console(markup=False)
+OUT = Console(file=_Stream("stdout"), highlight=False, soft_wrap=True, markup=False)  # type: ignore[arg-type]
 _DEBUG = {"on": False}
 INTERRUPTED = 130
 
@@ -90,6 +115,8 @@ class _App(typer.Typer):
             ERR.print(f"error: {exc.format_message()}")
             sys.exit(exc.exit_code)
         except typer.Abort:
+            if _PIPE["closed"]:
+                sys.exit(PIPE_CLOSED)
             ERR.print("interrupted")
             sys.exit(INTERRUPTED)
         sys.exit(code if isinstance(code, int) else 0)
@@ -166,6 +193,8 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
         # signal at interpreter shutdown.
         with contextlib.suppress(ValueError):  # not the main thread: nothing to ignore there
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if _PIPE["closed"]:  # stopped because the output's reader went away
+            raise typer.Exit(PIPE_CLOSED) from None
         ERR.print(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
         raise typer.Exit(INTERRUPTED) from None
     except Exception as exc:
@@ -624,7 +653,7 @@ def run(
         flags["build_pins"] = _pins(build_pin)
         settings = load_settings(flags, config)
         quiet = json_out
-        console = Console(stderr=True, highlight=False, soft_wrap=True)
+        console = _stderr_console()
         progress = ConsoleProgress(console, quiet=quiet)
         with progress:
             try:
@@ -1381,7 +1410,7 @@ def builder_prepare(
         "python": python,
         "cache_dir": cache_dir,
     }
-    console = Console(stderr=True, quiet=json_out, highlight=False, soft_wrap=True)
+    console = _stderr_console(quiet=json_out)
     with guarded():
         flags["submodule_sources"] = _pairs(submodule_source, "--submodule-source", "PATH=DIR")
         flags["build_pins"] = _pins(build_pin)

@@ -783,6 +783,39 @@ def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
     assert [c.name for c in left if c.labels.get(OWNER_LABEL) == owner] == []
 
 
+def test_a_run_whose_progress_reader_goes_away_stops_with_141_and_stays_resumable(
+    sample_factory, tmp_path, docker_client, shared_cache
+):
+    """`run ... 2>&1 | head`: the progress lines lose their reader mid-run. The run stops as
+    Ctrl-C stops it, with 141 as a tool killed by SIGPIPE (it ended with 1, "inconclusive",
+    without a word), and the next run resumes from what the ledger holds."""
+    sample = sample_factory(PYPTO_REGRESSION)
+    workdir = tmp_path / "work"
+    args = [sys.executable, "-m", "runner.cli", *run_args(sample, workdir, shared_cache)]
+    process = subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ
+    )
+    assert process.stderr is not None
+    owner = f"{socket.gethostname()}:{process.pid}"
+    for line in process.stderr:  # the first verdict, then the reader leaves
+        if line.lstrip().startswith(("good ", "bad ")):
+            break
+    process.stderr.close()
+    process.wait(timeout=600)
+
+    assert process.returncode == 141
+    recorded = _attempts(workdir)
+    assert recorded, "the ledger lost what it held"
+    left = docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True
+    )
+    assert [c.name for c in left if c.labels.get(OWNER_LABEL) == owner] == []
+    resumed = cli(*run_args(sample, workdir, shared_cache), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
+    assert _attempts(workdir)[: len(recorded)] == recorded
+
+
 TWO_STEPS = SampleSpec(
     **SMALL, bumps=((4, 4), (6, 5)), pypto_regression_at=3, simpler_regression_at=5
 )
