@@ -778,8 +778,13 @@ def _validated(name: str, value: Any, where: str) -> Any:
 
 
 def _shown(value: Any) -> str:
+    """A setting's value as the user writes it: a table (a build pin) as the flag's JSON."""
     if isinstance(value, (list, tuple)):
-        return ",".join(str(item) for item in value)
+        return ",".join(_shown(item) for item in value)
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", exclude_defaults=True)
+    if isinstance(value, dict):
+        return json.dumps(value, default=str)
     return str(value)
 
 

@@ -565,3 +565,20 @@ def test_a_bad_value_checked_late_is_still_named_by_the_file_and_key(
         load_settings({}, config)
 
     assert str(raised.value).startswith(f"{config}: {where}: {complaint}"), str(raised.value)
+
+
+def test_a_build_pin_flag_hiding_the_files_pins_is_shown_as_written(tmp_path):
+    """As the flag's JSON, not as Python objects (`requirements=[...] since=None ...`)."""
+    config = tmp_path / "bisect-precision.toml"
+    config.write_text(
+        '[[build_pins]]\nrequirements = ["scikit-build-core==0.11.6"]\nsince = 2025-01-01\n'
+    )
+    flag = {"requirements": ["scikit-build-core==0.10.7"], "package": "pypto"}
+
+    settings = load_settings({"build_pins": [flag]}, config)
+
+    assert settings.overrides == [
+        '--build-pin {"requirements": ["scikit-build-core==0.10.7"], "package": "pypto"} '
+        'overrides build_pins = {"requirements": ["scikit-build-core==0.11.6"], '
+        f'"since": "2025-01-01"}} in {config}'
+    ]
