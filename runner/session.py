@@ -9,7 +9,7 @@ through `History` and the `simpler_states` callable.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Literal, Protocol
@@ -544,25 +544,22 @@ class Session:
 
     def _load(self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]) -> None:
         """Put every recorded verdict of the level's pairs into its observations."""
-        reused = 0
+        loaded: list[Attempt] = []
         for index, commit in enumerate(result.candidates):
             seen = self._recorded(result.level, *pair(commit))
             if seen:
                 self._count(result, index, seen)
-                reused += len(seen)
-        self._reused(result.level, reused)
+                loaded += seen
+        self._reused(result.level, loaded)
 
-    def _from_ledger(self, attempts: Sequence[Sequence[Attempt]], level: str = "") -> int:
-        """How many of `attempts` (of `level`) an earlier invocation ran."""
-        return sum(
+    def _reused(self, kind: str, attempts: Iterable[Attempt], level: str | None = None) -> None:
+        """Say how many verdicts of a kind (the `attempts` of `level`, or all) a resumed session
+        took from the ledger: runs of an earlier invocation, not of this one."""
+        count = sum(
             1
-            for group in attempts
-            for a in group
-            if a.run_id not in self._fresh and (not level or a.level == level)
+            for a in attempts
+            if a.run_id not in self._fresh and (level is None or a.level == level)
         )
-
-    def _reused(self, kind: str, count: int) -> None:
-        """Say how many verdicts of a kind a resumed session took from the ledger."""
         if count:
             self.events.note(f"{counted(count, f'{kind} verdict')} reused from the ledger")
 
@@ -1469,12 +1466,10 @@ class Session:
                 seen = self._recorded("simpler", *pair)
                 if seen:  # (with fixed repeats, a commit with an entry is one short of runs)
                     self._count(chain, k, seen)
-        reused = sum(
-            a.level == "simpler"
-            for pair in {pair for pairs in links for pair in pairs}
-            for a in self.lookup(*pair)
+        held = (
+            a for pair in {pair for pairs in links for pair in pairs} for a in self.lookup(*pair)
         )
-        self._reused("simpler", reused)  # (the pypto level said how many of its own it reused)
+        self._reused("simpler", held, level="simpler")  # (the pypto level counted its own)
         try:
             self._bisect(chain, self._pair(chain))
             own = self._own_link_unseen(chain, first, links, origin, c, lo)
@@ -1893,7 +1888,7 @@ class Session:
             pairs.append(("last good", *last))
         ran = [self._drift_attempts(pair[1:], after=self._last_search) for pair in pairs]
         seen = [[self.verdict(a) for a in attempts] for attempts in ran]
-        self._reused("drift check", self._from_ledger(ran))
+        self._reused("drift check", (a for attempts in ran for a in attempts))
         verdicts = self._judge_pairs(
             "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
         )
@@ -2078,7 +2073,7 @@ class Session:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]
         recorded = [self._recorded("split", *half) for half in halves]
         seen = [[self.verdict(a) for a in attempts] for attempts in recorded]
-        self._reused("split", self._from_ledger(recorded, level="split"))
+        self._reused("split", (a for attempts in recorded for a in attempts), level="split")
         good, bad = Verdict.GOOD, Verdict.BAD
         if self.repeat is None:
             # The halves only choose the route. When the code half's first run passes, the joint
