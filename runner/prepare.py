@@ -427,10 +427,8 @@ def prepare(settings: Settings) -> Prepared:
     if settings.executor != "ray":
         _fits_the_engine(client, settings)
     _create(cache_dir, settings.cache_root(), settings.given_as("cache_dir"))
-    _create(
-        settings.workdir.expanduser().absolute(), settings.workdir, settings.given_as("workdir")
-    )
     workdir = settings.workdir.expanduser().resolve()
+    _create(workdir, settings.workdir, settings.given_as("workdir"))
     cache_root = settings.cache_root().resolve()
     inputs = SessionInputs(
         pypto_repo=str(pypto_path),
