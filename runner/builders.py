@@ -733,6 +733,7 @@ def resolve(
             continue
         seen.add(name)
         if name in pinned:
+            _check_pin(pinned[name], requirement, where)
             chosen.append(pinned.pop(name))
             notes.append(f"{name}: pinned by build_pins")
             continue
@@ -755,6 +756,35 @@ def resolve(
     return Resolution(tuple(declared), tuple(chosen), tuple(notes))
 
 
+def _check_pin(pin: str, declared: Requirement, where: str) -> None:
+    """A pin of one version that the commit's own requirement excludes: the build would run
+    with a tool the commit says it cannot use, and its failure would read as the commit's own
+    (a skip, or an unbuildable end an hour in). Said before anything is built."""
+    exact = _exact_version(Requirement(pin))
+    if (
+        exact is None
+        or not declared.specifier
+        or declared.specifier.contains(exact, prereleases=True)
+    ):
+        return
+    raise BadInput(
+        f"{where}: the build pin {pin!r} contradicts the commit's build requirement "
+        f"{str(declared)!r}; pin a version that satisfies it, or narrow the pin's since, until, "
+        "commits or package so that it leaves this commit out"
+    )
+
+
+def _exact_version(requirement: Requirement) -> Version | None:
+    """The one version a requirement admits (`==1.2`, `===1.2`), if it names one."""
+    for spec in requirement.specifier:
+        if spec.operator in ("==", "===") and "*" not in spec.version:
+            try:
+                return Version(spec.version)
+            except InvalidVersion:
+                return None
+    return None
+
+
 # Build backends whose build hook asks for more than they declare at some versions
 # (`get_requires_for_build_wheel`): the extra that brings it, and the first version without the
 # need. scikit-build-core before 0.9 needed pathspec and pyproject-metadata from `[pyproject]`.
@@ -767,13 +797,9 @@ _HOOK_REQUIRES = {"setuptools": ("wheel", Version("70.1"))}
 
 def _older_than(requirement: Requirement, version: Version) -> bool:
     """Whether every version the (chosen) requirement admits is older than `version`."""
-    exact = [
-        s.version
-        for s in requirement.specifier
-        if s.operator in ("==", "===") and "*" not in s.version
-    ]
-    if exact:
-        return Version(exact[0]) < version
+    exact = _exact_version(requirement)
+    if exact is not None:
+        return exact < version
     specifier = requirement.specifier
     return bool(specifier) and not any(
         specifier.contains(v, prereleases=True) for v in (version, Version("9999"))

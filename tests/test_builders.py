@@ -292,6 +292,36 @@ def test_pins_from_the_config_win_for_their_package_and_dates(wheelhouse: Path) 
     assert pick("simpler", "2024-01-01") == (NEW, "ninja==1.13.2")
 
 
+def test_a_pin_the_commits_own_requirement_excludes_is_refused_before_any_build(
+    wheelhouse: Path,
+) -> None:
+    """A pin of scikit-build-core 0.10.7 over a commit that asks for >=0.11 built with 0.10.7
+    anyway: the known-bad commit's build failed an hour in (exit 3), as if the commit could not
+    be built. A range pin is left to pip, which installs what the pin allows."""
+    sources = PackageSources(wheelhouse=wheelhouse)
+
+    def pick(declared: str, pin: str) -> tuple[str, ...]:
+        return resolve(
+            [declared, "ninja"],
+            where="pypto 0123456789ab",
+            when=when("2024-01-01"),
+            sources=sources,
+            pins=[BuildPin(requirements=[pin])],
+        ).pins
+
+    with pytest.raises(BadInput) as raised:
+        pick("scikit-build-core>=0.11", OLD)
+    message = str(raised.value)
+    assert message.startswith("pypto 0123456789ab: the build pin 'scikit-build-core==0.10.7' ")
+    assert "contradicts the commit's build requirement 'scikit-build-core>=0.11'" in message
+    assert "\n" not in message
+    assert pick("scikit-build-core>=0.10", OLD) == (OLD, "ninja==1.13.2")
+    assert pick("scikit-build-core", OLD) == (OLD, "ninja==1.13.2")
+    assert pick("scikit-build-core>=0.11", "scikit-build-core<1")[0] == "scikit-build-core<1"
+    with pytest.raises(BadInput, match="contradicts"):
+        pick("scikit-build-core>=0.10", "scikit-build-core===0.9")
+
+
 def test_a_requirement_nothing_satisfies_names_the_commit_and_the_requirement(
     wheelhouse: Path,
 ) -> None:
@@ -603,6 +633,14 @@ def test_builder_prepare_builds_the_ranges_builders_ahead_and_refuses_what_nothi
     assert ranged.returncode == 0, ranged.stderr
     assert all(OLD in row["build_tools"] for row in ranged.json()), ranged.json()
 
+    # Pinning the old era's backend over the whole range: the new era asks for >=0.11.
+    contradicted = cli(
+        "builder", "prepare", *common, "--build-pin", f'{{"requirements": ["{OLD}"]}}'
+    )
+    assert contradicted.returncode == 2, contradicted.stderr
+    last = contradicted.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: pypto ") and "contradicts" in last, last
+    assert "'scikit-build-core>=0.11'" in last, last
     refused = cli("builder", "prepare", *common, "--build-pin", '{"requirements": ["ninja==0.1"]}')
     assert refused.returncode == 2
     last = refused.stderr.strip().splitlines()[-1]
