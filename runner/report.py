@@ -314,7 +314,9 @@ def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] |
     if level is None:
         return None
     tested = []
-    for index, seen in sorted(level.observations.items()):
+    for index in sorted({*level.observations, *level.checks}):
+        seen = level.observations.get(index, [])
+        checked = level.checks.get(index)
         tested.append(
             {
                 "sha": level.candidates[index],
@@ -322,6 +324,14 @@ def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] |
                 "passes": seen.count(Verdict.GOOD),
                 "fails": seen.count(Verdict.BAD),
                 "skips": seen.count(Verdict.SKIP),
+                # the drift check's runs at the end, which the search did not weigh
+                "drift_check": None
+                if checked is None
+                else {
+                    "passes": checked.count(Verdict.GOOD),
+                    "fails": checked.count(Verdict.BAD),
+                    "skips": checked.count(Verdict.SKIP),
+                },
             }
         )
     data: dict[str, Any] = {
@@ -363,12 +373,13 @@ def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] |
 
 
 def _mixed(level: LevelResult) -> list[int]:
-    """The tested commits whose runs gave both verdicts."""
-    return [
-        i
-        for i, seen in sorted(level.observations.items())
-        if Verdict.GOOD in seen and Verdict.BAD in seen
-    ]
+    """The tested commits whose runs gave both verdicts, the drift check's at the end too."""
+    mixed = []
+    for i in sorted({*level.observations, *level.checks}):
+        seen = {*level.observations.get(i, ()), *level.checks.get(i, ())}
+        if Verdict.GOOD in seen and Verdict.BAD in seen:
+            mixed.append(i)
+    return mixed
 
 
 def _disagreement_notes(outcome: Outcome) -> list[str]:
@@ -423,15 +434,28 @@ def _confidence_lines(data: dict[str, Any], subjects: Mapping[str, str]) -> list
                 f"`{c['sha'][:12]}` {c['probability']:.1%}" for c in level["low_confidence"]
             )
             lines.append(f"- inconclusive: low confidence; candidates: {listed}")
-        lines += ["", "| commit | subject | passes | fails | skips |", "|---|---|---|---|---|"]
+        checked = any(row.get("drift_check") for row in level["tested"])
+        head = "| commit | subject | passes | fails | skips |" + (" drift check |" * checked)
+        lines += ["", head, "|---" * (5 + checked) + "|"]
         for row in level["tested"]:
             subject = subjects.get(row["sha"], "").replace("|", "\\|")[:60]
-            lines.append(
+            line = (
                 f"| `{row['sha'][:12]}` | {subject} | {row['passes']} | {row['fails']} | "
                 f"{row['skips']} |"
             )
+            if checked:
+                line += f" {_checked(row.get('drift_check'))} |"
+            lines.append(line)
         lines.append("")
     return lines
+
+
+def _checked(runs: Mapping[str, int] | None) -> str:
+    """A drift check's runs of a commit at the end, for its row of the table."""
+    if not runs:
+        return ""
+    counts = [(runs["passes"], "passed"), (runs["fails"], "failed"), (runs["skips"], "skipped")]
+    return ", ".join(f"{n} {word}" for n, word in counts if n)
 
 
 def _levels(doc: LedgerDocument, outcome: Outcome) -> list[tuple[str, list[Point], int | None]]:

@@ -219,6 +219,8 @@ class LevelResult:
     good_runs: int = REPLICATE  # passes the last good commit needs (`Session._last_good_runs`)
     # Every counted run in the order they finished: (finished at, run id, index, verdict).
     timeline: list[tuple[datetime, str, int, Verdict]] = field(default_factory=list)
+    # The drift check's runs of a candidate at the end: shown beside its runs, not evidence.
+    checks: dict[int, list[Verdict]] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -1892,6 +1894,10 @@ class Session:
         verdicts = self._judge_pairs(
             "drift", [p[1:] for p in pairs], seen, first, prior_bad=EXPECTED_GOOD
         )
+        for (_name, *pair), runs in zip(pairs, seen, strict=True):
+            placed = self._placed(outcome, first, (pair[0], pair[1]))
+            if placed is not None and runs:
+                placed[0].checks.setdefault(placed[1], []).extend(runs)
         for (name, pypto, simpler), verdict in zip(pairs, verdicts, strict=True):
             if verdict is not Verdict.BAD:
                 continue
@@ -1913,6 +1919,19 @@ class Session:
                 outcome.drift.append(
                     f"the {name} simpler commit {str(simpler)[:12]} with pypto {pypto[:12]}"
                 )
+
+    @staticmethod
+    def _placed(
+        outcome: Outcome, first: LevelResult, pair: tuple[str, str | None]
+    ) -> tuple[LevelResult, int] | None:
+        """The level and candidate a pair was tested as: a state of the simpler level with
+        its anchor, else a commit of the first level with the simpler it ran with."""
+        second = outcome.simpler
+        if second is not None and pair[0] == second.anchor and pair[1] in second.candidates:
+            return second, second.candidates.index(pair[1])
+        if pair[0] in first.candidates:
+            return first, first.candidates.index(pair[0])
+        return None
 
     def _judge_pairs(
         self,

@@ -1751,6 +1751,45 @@ def test_drift_judged_from_runs_that_disagree_says_so(sample_factory):
     )
 
 
+def test_drift_runs_that_disagree_are_counted_in_the_confidence_table_and_the_flaky_note(
+    sample_factory,
+):
+    """--repeat 3 --policy majority: one of the known-good commit's three runs at the end fails.
+    The majority passes, so nothing drifted, but the report counted none of those runs: its
+    table gave the commit 3 passes and its note said no run of it disagreed."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
+
+    class OneLie(SpecTester):
+        def test(self, level, pypto, simpler):
+            drifts = sum(t[0] == "drift" for t in self.tested)
+            if level == "drift" and pypto == sample.pypto_shas[0] and drifts == 1:
+                return self.record(level, pypto, simpler, Verdict.BAD)
+            return super().test(level, pypto, simpler)
+
+    tester = OneLie(sample)
+    outcome, _ = bisect(sample, tester=tester, repeat=3, policy="majority")
+
+    assert outcome.pypto.first_bad == sample.pypto_shas[5] and not outcome.drift
+    doc = ledger_of(sample, tester)
+    data = build_json(doc, outcome, ReportFacts())
+    rows = {row["index"]: row for row in data["confidence"]["pypto"]["tested"]}
+    assert (rows[0]["passes"], rows[0]["fails"]) == (3, 0)  # the search's runs
+    assert rows[0]["drift_check"] == {"passes": 2, "fails": 1, "skips": 0}
+    checked = {i: row["drift_check"] for i, row in rows.items() if row["drift_check"]}
+    assert checked.keys() <= {0, 4}  # and the last good commit, unless it ran last
+    [note] = [n for n in data["notes"] if "disagreed" in n]
+    assert f"runs of 1 pypto commit ({sample.pypto_shas[0][:12]}) disagreed" in note
+    markdown = build_markdown(doc, outcome, ReportFacts(), data)
+    assert "| commit | subject | passes | fails | skips | drift check |" in markdown
+    assert "| 3 | 0 | 0 | 2 passed, 1 failed |" in markdown
+
+    clean, plain = bisect(sample, repeat=3, policy="majority")
+    data = build_json(ledger_of(sample, plain), clean, ReportFacts())
+    rows = {row["index"]: row for row in data["confidence"]["pypto"]["tested"]}
+    assert rows[0]["drift_check"] == {"passes": 3, "fails": 0, "skips": 0}
+    assert not [n for n in data["notes"] if "disagreed" in n]
+
+
 def test_a_drifted_simpler_state_is_named_by_its_simpler_commit_and_pinned_pypto(sample_factory):
     spec = SampleSpec(**{**SMALL, "simpler_commits": 12}, bumps=((4, 10),), simpler_regression_at=2)
     sample = sample_factory(spec)
