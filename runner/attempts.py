@@ -40,7 +40,7 @@ from runner.images import WheelInstallFailed
 from runner.ledger import AheadBuild, Attempt, Ledger, Level, claim_run_dir, placement
 from runner.noop import wheel_content_digest
 from runner.search import Verdict
-from runner.session import Request
+from runner.session import More, Request
 from runner.sources import SourceExporter
 from runner.toolchains import Toolchains, skippable
 from runner.turns import Turns
@@ -252,10 +252,21 @@ class DockerTester:
     def test(self, level: Level, pypto: str, simpler: str | None) -> Attempt:
         return self.test_round([Request(level, pypto, simpler)])[0]
 
+    # `test_round` takes `more`: the session may add tests while the others still run.
+    adds_requests = True
+
     def test_round(
-        self, requests: Sequence[Request], done: Callable[[Attempt], None] | None = None
+        self,
+        requests: Sequence[Request],
+        done: Callable[[Attempt], None] | None = None,
+        more: More | None = None,
     ) -> list[Attempt]:
         """Run the requests at once; record each attempt as it finishes; return them in order.
+
+        `more(attempt, index, pending)`, after each attempt is recorded (`index` its place in
+        the call, `pending` the places still running): requests to start now, and whether they
+        belong to the round of the last requests started (else they open the next round). They
+        are returned after the first ones, in the order they were added.
 
         A request that keeps failing at the infrastructure level stops the run (exit 4) once the
         others of the round are recorded.
@@ -264,6 +275,8 @@ class DockerTester:
         number = self._round
         if number == 1 and self.fingerprint is not None:
             self.fingerprint.prepare()  # beside the first builds, not after the first run
+        requests = list(requests)
+        numbers = [number] * len(requests)
         failures: dict[int, list[InfrastructureError]] = {i: [] for i in range(len(requests))}
         running: dict[Future[Attempt], int] = {
             self._submit(request, number): i for i, request in enumerate(requests)
@@ -301,13 +314,27 @@ class DockerTester:
                     # A fault that lasts a moment (a card still busy, an engine restarting)
                     # must not use up every retry within a second: wait 1, 2, 4... s between.
                     time.sleep(min(RETRY_PAUSE_MAX_S, 2.0 ** (len(failures[index]) - 1)))
-                    running[self._submit(request, number)] = index
+                    running[self._submit(request, numbers[index])] = index
                     continue
                 self.ledger.record(attempt)
                 self._built.update(self._wheels_in(attempt, ("built", "cached")))
                 results[index] = attempt
                 if done is not None:
                     done(attempt)
+                if more is None or fatal is not None:
+                    continue
+                added, joins = more(attempt, index, sorted(running.values()))
+                if not added:
+                    continue
+                if not joins:
+                    self._round += 1
+                for request in added:
+                    failures[len(requests)] = []
+                    running[self._submit(request, self._round)] = len(requests)
+                    requests.append(request)
+                    numbers.append(self._round)
+                with self._ahead_cond:
+                    self._announced = None
         self._record_ahead()
         if fatal is not None:
             raise fatal

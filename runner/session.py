@@ -110,6 +110,11 @@ class Request:
     simpler: str | None
 
 
+# A tester's `test_round(requests, done, more)` asks `more(attempt, index, pending)` after each
+# attempt: the requests to start now, and whether they join the round of the last ones started.
+More = Callable[[Attempt, int, list[int]], tuple[Sequence[Request], bool]]
+
+
 class Events(Protocol):
     def level_started(self, level: Level, count: int, note: str) -> None: ...
     def step_started(
@@ -158,6 +163,35 @@ class QuietEvents:
 def _again(runs: int) -> str:
     """The label of a pair's run after `runs` earlier ones."""
     return f"re-test, run {runs + 1}" if runs else ""
+
+
+EARLY_START = 0.8
+"""The posterior's mass on a round's likeliest outcome, its finished tests counted, from which
+a free device starts the next round's pick before the round's other tests end (several
+devices: `Session._bisect_pipelined`). A deterministic example's picks are then the very ones
+the round's end gives; a flaky one's may be one run more."""
+
+
+def _missing(wanted: Sequence[int], picks: Sequence[int]) -> list[int]:
+    """The items of `wanted` that `picks` does not hold (as many times as wanted)."""
+    left = list(picks)
+    missing = []
+    for item in wanted:
+        if item in left:
+            left.remove(item)
+        else:
+            missing.append(item)
+    return missing
+
+
+def _chance(
+    probabilities: Sequence[float], tested: Sequence[int], outcome: Sequence[Verdict]
+) -> float:
+    """The posterior's mass on `outcome` of testing `tested` (a monotone outcome: the lowest of
+    them pass): the first bad commit lies between the last one it passes and the first it fails."""
+    cuts = [-1, *sorted(tested), len(probabilities) - 1]
+    passing = sum(v is Verdict.GOOD for v in outcome)
+    return float(sum(probabilities[cuts[passing] + 1 : cuts[passing + 1] + 1]))
 
 
 DRIFT_STREAK = 3
@@ -517,8 +551,31 @@ class Session:
         """Run a round of tests (at once when the tester can); events as each one ends.
         `checks`: what each request checks ("re-test, run 2"), for the line it ends with."""
         labels: dict[tuple[str, str, str | None], list[str]] = {}
+        self._label(labels, requests, checks)
+        done = self._announcer(labels)
+        run_round = getattr(self.tester, "test_round", None)
+        if run_round is not None:
+            return list(run_round(requests, done))
+        attempts = []
+        for request in requests:
+            attempt = self.tester.test(request.level, request.pypto, request.simpler)
+            done(attempt)
+            attempts.append(attempt)
+        return attempts
+
+    @staticmethod
+    def _label(
+        labels: dict[tuple[str, str, str | None], list[str]],
+        requests: Sequence[Request],
+        checks: Sequence[str],
+    ) -> None:
         for request, check in zip(requests, checks, strict=False):
             labels.setdefault((request.level, request.pypto, request.simpler), []).append(check)
+
+    def _announcer(
+        self, labels: dict[tuple[str, str, str | None], list[str]]
+    ) -> Callable[[Attempt], None]:
+        """What is said as each attempt ends, with what it checked (`labels`, per pair)."""
 
         def done(attempt: Attempt) -> None:
             self._fresh.add(attempt.run_id)
@@ -532,15 +589,7 @@ class Session:
                 check=left.pop(0) if left else "",
             )
 
-        run_round = getattr(self.tester, "test_round", None)
-        if run_round is not None:
-            return list(run_round(requests, done))
-        attempts = []
-        for request in requests:
-            attempt = self.tester.test(request.level, request.pypto, request.simpler)
-            done(attempt)
-            attempts.append(attempt)
-        return attempts
+        return done
 
     # -- level runner ----------------------------------------------------------------------
 
@@ -596,10 +645,28 @@ class Session:
         indices: Sequence[int],
     ) -> list[Attempt]:
         """One round: test the candidates at `indices` at once (one per device)."""
+        requests, checks = self._requests(result, pair, indices)
+        attempts = self._run_round(requests, checks)
+        for index, attempt in zip(indices, attempts, strict=True):
+            result.tests += 1
+            self._count(result, index, [attempt])
+        result.rounds += 1
+        return attempts
+
+    def _requests(
+        self,
+        result: LevelResult,
+        pair: Callable[[str], tuple[str, str | None]],
+        indices: Sequence[int],
+        running: Sequence[int] = (),
+    ) -> tuple[list[Request], list[str]]:
+        """The requests that test the candidates at `indices`, said as each starts, with what
+        each checks; `running`: candidates whose runs are under way (not counted yet)."""
         requests, checks = [], []
         for number, index in enumerate(indices):
             pypto, simpler = pair(result.candidates[index])
-            checks.append(self._check(result, index, earlier=indices[:number].count(index)))
+            earlier = indices[:number].count(index) + list(running).count(index)
+            checks.append(self._check(result, index, earlier=earlier))
             self.events.step_started(
                 result.level,
                 result.tests,
@@ -610,12 +677,7 @@ class Session:
                 checks[-1],
             )
             requests.append(Request(result.level, pypto, simpler))
-        attempts = self._run_round(requests, checks)
-        for index, attempt in zip(indices, attempts, strict=True):
-            result.tests += 1
-            self._count(result, index, [attempt])
-        result.rounds += 1
-        return attempts
+        return requests, checks
 
     # -- choosing a round's tests ----------------------------------------------------------
 
@@ -748,13 +810,7 @@ class Session:
         probabilities = belief(
             len(result.candidates), observations, result.prior, result.weights
         ).probabilities
-        cuts = [-1, *sorted(tested), len(result.candidates) - 1]
-
-        def chance(outcome: tuple[Verdict, ...]) -> float:
-            passing = sum(v is Verdict.GOOD for v in outcome)  # the lowest `passing` pass
-            return sum(probabilities[cuts[passing] + 1 : cuts[passing + 1] + 1])
-
-        return sorted(outcomes, key=lambda o: -round(chance(o), 6))
+        return sorted(outcomes, key=lambda o: -round(_chance(probabilities, tested, o), 6))
 
     def _descent_guesses(
         self, first: LevelResult, c: int, observations: Mapping[int, Sequence[Verdict]]
@@ -804,32 +860,150 @@ class Session:
         if self.repeat is not None:
             self._bisect_fixed(result, pair)
             return
-        count = len(result.candidates)
+        if self.parallel > 1 and getattr(self.tester, "adds_requests", False):
+            self._bisect_pipelined(result, pair)
+            return
         while True:
             self._drift_midway(result)
-            result.belief = belief(count, result.observations, result.prior, result.weights)
+            step = self._decide(result)
+            if not isinstance(step, Test):
+                return
+            self._prefetch(result, step.indices)
+            self._steps(result, pair, step.indices)
+
+    def _decide(self, result: LevelResult) -> Step | LowConfidence | Descend:
+        """The level's next round from its runs so far; a step that ends the level is put into
+        `result` (found, inconclusive, low confidence) and returned as it is."""
+        while True:
+            result.belief = belief(
+                len(result.candidates), result.observations, result.prior, result.weights
+            )
             step = self._picks(result, result.observations)
             if isinstance(step, Descend):
                 # (a joint chain descends into a merge's line, which `_line` found readable)
                 if result.pairs is not None or self._range_readable(result.candidates[step.index]):
                     result.found = step.index
                     result.descended = True
-                    return
+                    return step
                 # No second level can check this boundary: this level confirms it itself.
                 result.descend = result.descend - {step.index}
                 continue
             if isinstance(step, Found):
                 result.found = step.index
-                return
-            if isinstance(step, Inconclusive):
+            elif isinstance(step, Inconclusive):
                 result.inconclusive = (step.first, step.last)
-                return
-            if isinstance(step, LowConfidence):
+            elif isinstance(step, LowConfidence):
                 result.low_confidence = step.candidates
-                return
-            assert isinstance(step, Test)
+            return step
+
+    def _bisect_pipelined(
+        self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]
+    ) -> None:
+        """The search with several devices, each device starting its next test as soon as that
+        test is all but certain, not when the round's slowest test ends.
+
+        The rounds are those `_bisect` runs: each round's picks come from every run before it.
+        But while some of a round's tests still run, the outcome they will likely give (a
+        pick the finished ones put outside the boundary's range repeats what they say) may make
+        the next round as good as decided: when that outcome has `EARLY_START` of the
+        posterior, the free devices start the next round's first picks at once. When the
+        round ends, those count as its picks; a pick the real outcome did not call for is one
+        more run of its commit, evidence like any other, and the level decides again once it
+        ends. The answer is the one the rounds give: only the waiting goes.
+        """
+        k = self.parallel
+        candidate: list[int] = []  # each request of the tester's call -> its candidate
+        finished: set[int] = set()
+        verdicts: dict[int, Verdict] = {}
+        state: dict[str, list[int]] = {"round": [], "early": []}  # requests of each
+        labels: dict[tuple[str, str, str | None], list[str]] = {}
+        announce = self._announcer(labels)
+
+        def start(indices: Sequence[int]) -> tuple[list[Request], list[int]]:
+            running = [candidate[i] for i in range(len(candidate)) if i not in finished]
+            requests, checks = self._requests(result, pair, indices, running)
+            self._label(labels, requests, checks)
+            placed = list(range(len(candidate), len(candidate) + len(indices)))
+            candidate.extend(indices)
+            return requests, placed
+
+        def next_round() -> tuple[list[Request], bool]:
+            """The round after the one that just ended, with what started early: the picks the
+            round's end gives, as if the early ones had not run yet (a pick that ended early
+            told what the round after it may use, as it would have ended there)."""
+            result.rounds += 1
+            early, state["early"] = state["early"], []
+            running = [i for i in early if i not in finished]
+            if not running:
+                self._drift_midway(result)
+            step: Step | LowConfidence | Descend | None = None
+            if early:
+                before = {i: list(seen) for i, seen in result.observations.items()}
+                for i in early:
+                    if i in finished:
+                        before[candidate[i]].remove(verdicts[i])
+                planned = self._picks(result, before)
+                if isinstance(planned, Test) and not _missing(
+                    [candidate[i] for i in early], planned.indices
+                ):
+                    step = planned
+                    result.belief = belief(
+                        len(result.candidates), result.observations, result.prior, result.weights
+                    )
+            if step is None:
+                step = self._decide(result)
+            if not isinstance(step, Test):
+                if running:  # decided again once these runs are in
+                    result.found = result.inconclusive = result.low_confidence = None
+                    result.descended = False
+                    state["round"] = early
+                return [], False
+            picks = _missing(step.indices, [candidate[i] for i in early])
             self._prefetch(result, step.indices)
-            self._steps(result, pair, step.indices)
+            requests, placed = start(picks)
+            state["round"] = early + placed
+            return requests, bool(early)
+
+        def early_start(pending: list[int]) -> tuple[list[Request], bool]:
+            """The next round's first picks, when the pending tests' outcome is all but sure."""
+            free = k - len(pending)
+            if state["early"] or free <= 0:
+                return [], False
+            tested = [candidate[i] for i in state["round"] if i not in finished]
+            likeliest = self._likeliest_first(result, result.observations, tested)
+            probabilities = belief(
+                len(result.candidates), result.observations, result.prior, result.weights
+            ).probabilities
+            if not likeliest or _chance(probabilities, tested, likeliest[0]) < EARLY_START:
+                return [], False
+            fantasy = with_outcome(result.observations, tested, likeliest[0])
+            try:
+                step = self._picks(result, fantasy)
+            except ValueError:
+                return [], False
+            if not isinstance(step, Test):
+                return [], False
+            requests, placed = start(step.indices[:free])
+            state["early"] = placed
+            return requests, False
+
+        def more(attempt: Attempt, index: int, pending: list[int]) -> tuple[list[Request], bool]:
+            finished.add(index)
+            verdicts[index] = self.verdict(attempt)
+            result.tests += 1
+            self._count(result, candidate[index], [attempt])
+            if all(i in finished for i in state["round"]):
+                return next_round()
+            return early_start(pending)
+
+        while not result.done:
+            self._drift_midway(result)
+            step = self._decide(result)
+            if not isinstance(step, Test):
+                return
+            self._prefetch(result, step.indices)
+            requests, state["round"] = start(step.indices)
+            self.tester.test_round(requests, announce, more)  # type: ignore[attr-defined]
 
     def _bisect_fixed(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]

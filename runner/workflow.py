@@ -58,6 +58,7 @@ from runner.session import (
     Events,
     LevelResult,
     Lookup,
+    More,
     Outcome,
     Request,
     Session,
@@ -242,15 +243,20 @@ class _Watched:
         self._warn(attempt)
         return attempt
 
+    adds_requests = True
+
     def test_round(
-        self, requests: Sequence[Request], done: Callable[[Attempt], None] | None = None
+        self,
+        requests: Sequence[Request],
+        done: Callable[[Attempt], None] | None = None,
+        more: More | None = None,
     ) -> list[Attempt]:
         def watched(attempt: Attempt) -> None:
             self._warn(attempt)
             if done is not None:
                 done(attempt)
 
-        return self.tester.test_round(requests, watched)
+        return self.tester.test_round(requests, watched, more)
 
     def _warn(self, attempt: Attempt) -> None:
         if self.events is not None:

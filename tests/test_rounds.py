@@ -3,6 +3,7 @@ session on real sample histories (the tester answers from the spec, as in test_s
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import tempfile
@@ -434,3 +435,131 @@ def test_a_fresh_session_says_it_reused_nothing_though_it_ran_drift_checks(sampl
         drift_runs += sum(level == "drift" for level, _, _ in tester.tested)
         assert not [note for note in events.notes if "reused" in note], (seed, events.notes)
     assert drift_runs
+
+
+class PipeTester(RoundTester):
+    """A tester whose tests take time (a clock, not a wait): each lasts `duration(pypto,
+    simpler)` and ends in that order, and the session may start tests while others run
+    (`more`), as the Docker tester lets it. `wall`: when the last test ended."""
+
+    adds_requests = True
+
+    def __init__(self, sample: Sample, parallel: int, pipelined: bool = True, **kw) -> None:
+        super().__init__(sample, parallel, **kw)
+        self.pipelined = pipelined
+        self.wall = 0.0
+        self.peak = 0
+
+    def duration(self, pypto: str, simpler: str | None) -> float:
+        """1 to 3 time units, fixed per pair: the wheels of some pairs take longer to build."""
+        return 1.0 + int(pypto[:4], 16) % 3 + (int(simpler[:4], 16) % 2 if simpler else 0)
+
+    def test_round(self, requests, done=None, more=None):
+        requests = list(requests)
+        self.rounds.append([(r.level, r.pypto, r.simpler) for r in requests])
+        running: list[tuple[float, int]] = []
+        results: dict[int, Attempt] = {}
+
+        def launch(index: int) -> None:
+            request = requests[index]
+            heapq.heappush(
+                running, (self.wall + self.duration(request.pypto, request.simpler), index)
+            )
+            self.peak = max(self.peak, len(running))
+
+        for index in range(len(requests)):
+            launch(index)
+        while running:
+            self.wall, index = heapq.heappop(running)
+            request = requests[index]
+            results[index] = self.test(request.level, request.pypto, request.simpler)
+            if done is not None:
+                done(results[index])
+            if more is None or not self.pipelined:
+                continue
+            added, joins = more(results[index], index, sorted(i for _, i in running))
+            if added and not joins:
+                self.rounds.append([])
+            for request in added:
+                requests.append(request)
+                self.rounds[-1].append((request.level, request.pypto, request.simpler))
+                launch(len(requests) - 1)
+        return [results[i] for i in range(len(requests))]
+
+
+class TimedRounds(PipeTester):
+    """The same clock, one round at a time: a round ends when its slowest test does."""
+
+    adds_requests = False
+
+    def test_round(self, requests, done=None, more=None):
+        start = self.wall
+        attempts = super().test_round(requests, done, None)
+        self.wall = start + max(self.duration(r.pypto, r.simpler) for r in requests)
+        return attempts
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_devices_that_start_the_next_round_early_run_the_same_tests_in_less_time(sample_factory, k):
+    """A deterministic example: a device free before its round ends starts the next round's
+    pick when the round's outcome is all but certain. The answer and the tests run are those of
+    round after round; only the waiting for a round's slowest test goes."""
+    walls = {"rounds": 0.0, "early": 0.0}
+    for pypto_at, simpler_at in [(17, None), (6, None), (25, None), (None, 5), (3, None)]:
+        spec = SampleSpec(
+            **{**SMALL, "pypto_commits": 28, "simpler_commits": 9},
+            bumps=((4, 2), (12, 8)),
+            pypto_regression_at=pypto_at,
+            simpler_regression_at=simpler_at,
+        )
+        sample = sample_factory(spec)
+        rounds = TimedRounds(sample, parallel=k)
+        early = PipeTester(sample, parallel=k)
+        one, _ = bisect(sample, tester=rounds)
+        two, _ = bisect(sample, tester=early)
+
+        assert two.pypto.first_bad == one.pypto.first_bad
+        assert two.simpler_culprit == one.simpler_culprit and two.exit_code == one.exit_code == 0
+        assert sorted(early.tested) == sorted(rounds.tested)
+        assert two.pypto.rounds == one.pypto.rounds
+        assert early.peak <= k
+        assert early.wall <= rounds.wall
+        walls["rounds"] += rounds.wall
+        walls["early"] += early.wall
+    assert walls["early"] < walls["rounds"], walls
+
+
+def test_a_flaky_example_whose_early_picks_miss_still_finds_the_culprit_and_replays_the_same(
+    sample_factory,
+):
+    """An early pick the round's real outcome did not call for is one more run, counted like
+    any other: the answer stays right, and a replay of the ledger (a resumed run) reaches the
+    same answer without a test."""
+    from runner.replay import LedgerOnly
+
+    sample = sample_factory(
+        SampleSpec(**{**SMALL, "pypto_commits": 20}, bumps=((4, 7),), simpler_regression_at=4)
+    )
+    right = extra = 0
+    for seed in range(12):
+        rounds = TimedRounds(sample, parallel=2, false_fail=0.1, false_pass=0.1, seed=seed)
+        tester = PipeTester(sample, parallel=2, false_fail=0.1, false_pass=0.1, seed=seed)
+        outcome, _ = bisect(sample, tester=tester)
+        bisect(sample, tester=rounds)
+        extra += len(tester.tested) - len(rounds.tested)
+        right += (
+            outcome.exit_code == 0
+            and outcome.pypto.first_bad == sample.pypto_shas[4]
+            and outcome.simpler_culprit == sample.simpler_shas[4]
+        )
+        if outcome.exit_code == 0:
+            assert outcome.pypto.probability >= 0.95
+        replayed = session_over(sample, LedgerOnly(parallel=2), tester.lookup).run()
+        assert replayed.pending is None
+        assert (replayed.pypto.first_bad, replayed.simpler_culprit, replayed.exit_code) == (
+            outcome.pypto.first_bad,
+            outcome.simpler_culprit,
+            outcome.exit_code,
+        )
+    assert right >= 11
+    assert abs(extra) <= 12  # the lies drawn differ; early starts add little on average
