@@ -326,7 +326,8 @@ class DockerTester:
                 added, joins = more(attempt, index, sorted(running.values()))
                 if not added:
                     continue
-                if not joins:
+                if not joins:  # a round ended: its guesses that finished go on record now
+                    self._record_ahead()
                     self._round += 1
                 for request in added:
                     failures[len(requests)] = []
