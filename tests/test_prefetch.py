@@ -9,7 +9,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +24,7 @@ from runner.executor import LocalExecutor, Slot
 from runner.history import History
 from runner.ledger import Ledger
 from runner.sample.histories import SampleSpec, git
+from runner.search import Verdict
 from runner.session import Request
 from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
@@ -295,3 +296,34 @@ def test_the_progress_phase_names_the_builds_a_test_waits_for(guessing: Guessing
         tester.test("pypto", second, same)
     builds = [p for p in phases if p.startswith("build ")]
     assert builds == [f"build pypto {second[:12]}"], phases
+
+
+def test_requests_added_while_a_round_runs_are_tested_recorded_and_numbered(
+    guessing: Guessing,
+) -> None:
+    """`test_round(..., more=...)`: the session adds tests as others end (a device starting the
+    next round early). Each added one runs and goes into the ledger with the round it opens or
+    joins, and the call returns every attempt in the order asked."""
+    tester, pairs = guessing.tester, guessing.pairs
+    tester.run = replace(tester.run, script="models/sample/decode_fwd.py")
+    calls: list[tuple[int, list[int]]] = []
+    plan = [
+        ([Request("pypto", *pairs[1])], False),  # opens the next round
+        ([Request("pypto", *pairs[2])], True),  # joins it
+        ([], False),
+        ([], False),
+    ]
+
+    def more(attempt, index: int, pending: list[int]):
+        calls.append((index, pending))
+        return plan[len(calls) - 1]
+
+    attempts = tester.test_round([Request("pypto", *pairs[0])], more=more)
+
+    assert [(a.pypto_sha, a.simpler_sha) for a in attempts] == pairs[:3]
+    assert calls[0] == (0, []) and sorted(i for i, _ in calls) == [0, 1, 2]
+    first, opened, joined = (a.round for a in attempts)
+    assert opened == joined == first + 1
+    recorded = {a.run_id: a.round for a in guessing.tester.ledger.document.attempts}
+    assert [recorded[a.run_id] for a in attempts] == [first, opened, joined]
+    assert all(a.verdict in (Verdict.GOOD, Verdict.BAD) for a in attempts)
