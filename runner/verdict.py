@@ -287,12 +287,14 @@ def judge(
         limit = f" after {_fmt(timeout_s)}s" if timeout_s is not None else ""
         return Outcome(Verdict.SKIP, f"timeout{limit}", metrics)
 
+    # Killed from outside (the OOM killer, SIGKILL): no verdict, as for a timeout, whatever the
+    # run printed before (`stopped`); the caller makes it an infrastructure fault.
+    if oom_killed or exit_code == 137:
+        return Outcome(Verdict.SKIP, "killed (out of memory?)", metrics)
+
     bad = patterns.first_bad(text)
     if bad is not None:
         return Outcome(Verdict.BAD, _bad_reason(metrics, text, bad), metrics)
-
-    if oom_killed or exit_code == 137:
-        return Outcome(Verdict.SKIP, "killed (out of memory?)", metrics)
 
     if exit_code is None:
         return Outcome(Verdict.SKIP, truncate(_with_detail("no exit status", text)), metrics)

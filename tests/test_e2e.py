@@ -1081,6 +1081,26 @@ def test_an_example_over_the_memory_limit_stops_the_run_without_a_verdict(
     assert resumed.json()["pypto"]["first_bad"] == sample.pypto_shas[5]
 
 
+def test_an_example_killed_for_memory_after_it_printed_a_mismatch_is_no_verdict(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    """The known-bad commit prints its golden mismatch, then runs out of memory under --memory:
+    that was recorded as bad, so an OOM kill named the culprit. It is an infrastructure fault
+    like any other kill."""
+    sample = sample_factory(PYPTO_REGRESSION)
+    workdir = tmp_path / "work"
+    args = run_args(sample, workdir, shared_cache, "--run-env", "SAMPLE_HOLD_AFTER_MIB=768")
+
+    stopped = cli(*args, "--memory", "256m", "--infra-retries", "2")
+
+    assert stopped.returncode == 4, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    bad = sample.pypto_shas[-1][:12]
+    assert f"the example run of {bad} on device 0 ran out of memory under its 256m" in last, last
+    attempts = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    assert [a["verdict"] for a in attempts] == ["good"]  # the known-good end, which passed
+
+
 def test_a_build_that_hangs_stops_with_what_to_do_and_skip_takes_it_out(
     shared_cache: Path, tmp_path: Path
 ) -> None:

@@ -567,6 +567,11 @@ def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
             print("Error: Output(s) does not match golden: ['out']", flush=True)
             print(f"Mismatched elements: 1/1  rtol={RTOL} atol={ATOL}", flush=True)
             print(f"max abs diff={diff:.6g} at (0,) (tol={tol:.6g})", flush=True)
+            # SAMPLE_HOLD_AFTER_MIB: memory a failing run takes after it printed the mismatch
+            # (killed under --memory after the figures are out).
+            after = int(os.environ.get("SAMPLE_HOLD_AFTER_MIB") or 0)
+            held = [bytearray(1 << 20) for _ in range(after)]
+            del held
             return 1
 
 
