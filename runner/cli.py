@@ -173,7 +173,8 @@ def _interrupt_on_sigterm() -> None:
         os._exit(INTERRUPTED)
 
     for number in STOP_SIGNALS:
-        signal.signal(number, handler)
+        with contextlib.suppress(ValueError):  # (called off the main thread: nothing to set)
+            signal.signal(number, handler)
 
 
 @contextmanager
@@ -261,6 +262,9 @@ def main(
     ] = False,
 ) -> None:
     _DEBUG["on"] = debug
+    # Every command: `reproduce` and `export` leave a container or half a bundle when stopped
+    # mid-way otherwise, and a CI job's cancel or `timeout` sends SIGTERM, not Ctrl-C.
+    _interrupt_on_sigterm()
 
 
 WorkdirOpt = Annotated[
@@ -645,7 +649,6 @@ def run(
         "drift_check": drift_check,
     }
     hint = "nothing recorded is lost; rerun the same command to resume"
-    _interrupt_on_sigterm()
     with guarded(hint):
         flags["submodule_sources"] = _pairs(submodule_source, "--submodule-source", "PATH=DIR")
         flags["build_env"] = _pairs(build_env, "--build-env", "KEY=VALUE")

@@ -8,7 +8,10 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +206,39 @@ def test_export_refuses_an_attempt_that_is_not_in_the_ledger_and_a_used_director
     assert occupied.returncode == 2 and "not empty" in occupied.stderr
     assert (used / "keep.txt").read_text() == "mine"
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])
+def test_an_export_stopped_by_a_ci_cancel_leaves_no_half_bundle(
+    sample_factory, bisect, tmp_path, stop
+):
+    """A CI job's cancel (SIGTERM) or a dropped ssh session (SIGHUP) mid-export killed the tool
+    by the signal and left a truncated image.tar.gz beside a complete-looking run.sh, which the
+    next export to the same place refused. It stops as Ctrl-C does: exit 130, nothing left."""
+    sample = sample_factory(EXPORTED)
+    workdir = tmp_path / "work"
+    assert bisect(sample, workdir=workdir).returncode == 0
+    run_id = json.loads((workdir / "ledger.json").read_text())["attempts"][0]["run_id"]
+    bundle = tmp_path / "bundle"
+    command = [sys.executable, "-m", "runner.cli", "export", run_id, "--workdir", str(workdir)]
+    process = subprocess.Popen(
+        [*command, "--to", str(bundle)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not any(bundle.glob("image*")) and process.poll() is None:
+        assert time.monotonic() < deadline, "the export never began writing its image"
+        time.sleep(0.01)
+    process.send_signal(stop)
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert not bundle.exists() or not any(bundle.iterdir())
+    again = cli(*command[3:], "--to", str(bundle))
+    assert again.returncode == 0, again.stderr
 
 
 def test_run_sh_hands_docker_every_value_verbatim_whatever_it_contains():
