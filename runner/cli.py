@@ -37,7 +37,8 @@ from runner.wording import counted
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: how the shell reports a reader that went away
 
 
-_PIPE = {"closed": False}  # a console's reader went away: the command ends with 141
+# A console's reader went away (the command ends with 141) or its file is on a full disk (4).
+_PIPE: dict[str, Any] = {"closed": False, "code": PIPE_CLOSED}
 
 
 class _Stream:
@@ -60,26 +61,50 @@ class _Stream:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._closed()
+        except OSError as exc:
+            self._failed(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._closed()
+        except OSError as exc:
+            self._failed(exc)
 
-    def _closed(self) -> None:
-        # Later writes (and the interpreter's last flush) go nowhere instead of failing again.
+    def _failed(self, exc: OSError) -> None:
+        """A reader gone (141), or the output's file on a full disk (`run > bisect.log` in a
+        CI job: 4, the disk being infrastructure, said on stderr when that still works)."""
+        if isinstance(exc, BrokenPipeError):
+            code = PIPE_CLOSED
+        elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            code = InfrastructureError.exit_code
+        else:
+            raise exc
+        first = self._closed(code)
+        if first and code != PIPE_CLOSED and self.name == "stdout":
+            with contextlib.suppress(OSError):
+                sys.stderr.write(
+                    "error: the disk is full (writing the output to stdout): free space there, "
+                    "then run again; what the ledger holds is kept\n"
+                )
+                sys.stderr.flush()
+        # Where stdout fails on the main thread the command ends there; a failing stderr (a
+        # run's progress, written from any thread) stops the command as Ctrl-C does.
+        if self.name == "stdout" and threading.current_thread() is threading.main_thread():
+            raise typer.Exit(_PIPE["code"])
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def _closed(self, code: int) -> bool:
+        """Later writes (and the interpreter's last flush) go nowhere instead of failing again;
+        whether this is the first stream to fail (its code is the command's)."""
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
         first = not _PIPE["closed"]
-        _PIPE["closed"] = True
-        if self.name == "stdout" and threading.current_thread() is threading.main_thread():
-            raise typer.Exit(PIPE_CLOSED)
         if first:
-            os.kill(os.getpid(), signal.SIGINT)
+            _PIPE["code"] = code
+        _PIPE["closed"] = True
+        return first
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding...: the real stream's
         return getattr(self._stream, name)
@@ -116,9 +141,13 @@ class _App(typer.Typer):
             sys.exit(exc.exit_code)
         except typer.Abort:
             if _PIPE["closed"]:
-                sys.exit(PIPE_CLOSED)
+                sys.exit(_PIPE["code"])
             ERR.print("interrupted")
             sys.exit(INTERRUPTED)
+        if code == INTERRUPTED and _PIPE["closed"]:
+            # Stopped by its own output failing (while it said an error, say): typer made that
+            # interrupt 130, but the cause is the reader or the disk.
+            code = _PIPE["code"]
         sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -194,8 +223,8 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
         # signal at interpreter shutdown.
         with contextlib.suppress(ValueError):  # not the main thread: nothing to ignore there
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if _PIPE["closed"]:  # stopped because the output's reader went away
-            raise typer.Exit(PIPE_CLOSED) from None
+        if _PIPE["closed"]:  # stopped because the output's reader went away, or its disk filled
+            raise typer.Exit(_PIPE["code"]) from None
         ERR.print(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
         raise typer.Exit(INTERRUPTED) from None
     except Exception as exc:

@@ -1022,6 +1022,52 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_141_not_1():
     assert err == b""
 
 
+def _to(stdout: str, stderr: str, *command: str) -> tuple[int, str]:
+    """Run the CLI with its streams on the given files; its exit code and what stderr got."""
+    import subprocess
+    import sys
+
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        proc = subprocess.run(
+            [sys.executable, "-m", "runner.cli", *command], stdout=out, stderr=err, timeout=120
+        )
+    return proc.returncode, Path(stderr).read_text() if stderr != "/dev/full" else ""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_output_on_a_full_disk_is_infrastructure_exit_4_not_1_with_a_traceback(tmp_path):
+    """`run > bisect.log 2>&1` on a disk that fills: stdout's writes failed with ENOSPC, which
+    escaped as a traceback and exit 1 (inconclusive); a full stderr ended with 1 before the
+    first test. Both are the disk, exit 4, said on stderr while it still takes it."""
+    err = str(tmp_path / "err.txt")
+
+    code, said = _to("/dev/full", err, "config-reference")
+    assert code == 4, said
+    assert said.strip() == (
+        "error: the disk is full (writing the output to stdout): free space there, then run "
+        "again; what the ledger holds is kept"
+    )
+    assert _to("/dev/full", err, "--version")[0] == 4
+    # An error said on a full stderr: the disk, not the error nobody can read.
+    assert _to(os.devnull, "/dev/full", "status", "--workdir", str(tmp_path / "none"))[0] == 4
+    assert _to(os.devnull, err, "status", "--workdir", str(tmp_path / "none"))[0] == 2
+
+
+def test_an_error_said_to_a_reader_that_went_away_ends_with_141_not_130():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "status", "--workdir", "/nonexistent/w"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    proc.stderr.close()
+
+    assert proc.wait(timeout=120) == 141
+
+
 def test_log_without_the_checkout_prints_the_recorded_commits_alone(tmp_path):
     """The checkout moved or is gone: nothing to check the ledger against, and the shas alone
     still replay (with the checkout there, `log` refuses what `status` refuses: test_e2e)."""
