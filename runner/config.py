@@ -456,13 +456,16 @@ class Settings(BaseSettings):
     @classmethod
     def _device(cls, value: Any) -> str:
         parts = [p.strip() for p in str(value).split(",")]
-        if not all(p.isdigit() for p in parts):
+        # ASCII digits only: an Arabic-Indic one is a digit to Python, not to the example's `-d`.
+        if not all(p.isascii() and p.isdigit() for p in parts):
             raise ValueError(f"device must be a card number or a comma list of them, not {value!r}")
-        twice = sorted(card for card, n in Counter(int(p) for p in parts).items() if n > 1)
+        cards = [int(p) for p in parts]
+        twice = sorted(card for card, n in Counter(cards).items() if n > 1)
         if twice:
             # Two lanes on one card would run two examples on it at once.
             raise ValueError(f"device lists card {twice[0]} more than once: {value!r}")
-        return ",".join(parts)
+        # "01" is card 1: the example is told `-d 1`, as /dev/davinci1 is checked and passed.
+        return ",".join(str(card) for card in cards)
 
     @field_validator("device_map")
     @classmethod

@@ -62,6 +62,8 @@ def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
         ("script", "../outside.py", "inside --lib"),
         ("device", "zero", "device"),
         ("device", "0,1,0", "card 0 more than once"),
+        ("device", "\u0661", "device must be a card number"),  # an Arabic-Indic one
+        ("device", "01,1", "card 1 more than once"),
         ("platform", "a2 a3", "platform"),
         ("platform", "a2a3simm", "unknown platform 'a2a3simm'"),
         ("submodule_path", "nope", "--submodule-path nope: neither end of the range has"),

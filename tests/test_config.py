@@ -582,3 +582,10 @@ def test_a_build_pin_flag_hiding_the_files_pins_is_shown_as_written(tmp_path):
         'overrides build_pins = {"requirements": ["scikit-build-core==0.11.6"], '
         f'"since": "2025-01-01"}} in {config}'
     ]
+
+
+def test_a_card_number_is_normalised_as_the_host_check_reads_it():
+    """`--device 01` checked /dev/davinci1 but told the example `-d 01`: every run failed as a
+    device fault (exit 4). The number is the card's, whatever zeros lead it."""
+    assert load_settings({"device": "01"}).device == "1"
+    assert load_settings({"device": " 00, 2 "}).device == "0,2"
