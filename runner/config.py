@@ -92,6 +92,7 @@ MAX_BUILD_JOBS = 256
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)b?$")
 MIN_MEMORY = 6 * 2**20
+MIN_CPUS = 0.01  # a CFS quota of 1 ms per 100 ms period: Docker's least
 """Docker refuses a container limited to less memory than this."""
 
 
@@ -511,6 +512,10 @@ class Settings(BaseSettings):
     def _cpus(cls, value: float | None) -> float | None:
         if value is not None and value <= 0:
             raise ValueError("cpus must be a positive number of CPUs")
+        if value is not None and value < MIN_CPUS:
+            # The kernel's CFS quota takes 1 ms per 100 ms at least: Docker refuses less at
+            # every container start, which would stop the run as an infrastructure fault.
+            raise ValueError(f"cpus {value:g} is below the {MIN_CPUS:g} CPUs a container can have")
         return value
 
     @field_validator("memory")

@@ -12,6 +12,7 @@ not a twenty-minute build followed by a container that cannot start.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,11 @@ def _explicit(cards: tuple[int, ...], mapped: tuple[str, ...], root: Path) -> Pa
                     f"device {host} named in --device-map is missing on this host; "
                     "fix --device-map HOST:CONTAINER"
                 )
+            if not _is_device(host):  # Docker refuses it at every container start (exit 4)
+                raise BadInput(
+                    f"{host} named in --device-map is not a device node (a file or a "
+                    "directory); fix --device-map HOST:CONTAINER"
+                )
     else:
         nodes = (*(f"/dev/davinci{card}" for card in cards), *CONTROL_DEVICES)
         for node in nodes:
@@ -153,6 +159,11 @@ def _explicit(cards: tuple[int, ...], mapped: tuple[str, ...], root: Path) -> Pa
                 raise BadInput(
                     f"NPU device {node} is missing on this host; check --device, "
                     "or use --device-map HOST:CONTAINER"
+                )
+            if not _is_device(node):
+                raise BadInput(
+                    f"{node} is not a device node on this host (a file or a directory); check "
+                    "the NPU driver's install, or use --device-map HOST:CONTAINER"
                 )
         devices = tuple(f"{node}:{node}:rwm" for node in nodes)
     mounts = tuple(
@@ -186,6 +197,15 @@ def _privileged(root: Path, ignored: tuple[str, ...]) -> Passthrough:
         ipc_mode="host",
         warnings=tuple(warnings),
     )
+
+
+def _is_device(path: str) -> bool:
+    """A character or block device node (through symlinks), which Docker can pass through."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 def _on_host(root: Path, path: str) -> Path:

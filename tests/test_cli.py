@@ -64,6 +64,7 @@ def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
         ("device", "0,1,0", "card 0 more than once"),
         ("device", "\u0661", "device must be a card number"),  # an Arabic-Indic one
         ("device", "01,1", "card 1 more than once"),
+        ("cpus", "0.001", "cpus 0.001 is below the 0.01 CPUs a container can have"),
         ("platform", "a2 a3", "platform"),
         ("platform", "a2a3simm", "unknown platform 'a2a3simm'"),
         ("submodule_path", "nope", "--submodule-path nope: neither end of the range has"),

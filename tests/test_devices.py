@@ -112,6 +112,24 @@ def test_a_device_map_naming_a_missing_host_device_is_rejected(tmp_path):
         passthrough("explicit", "a2a3", ["0"], ["/dev/davinci-nope:/dev/davinci0"], root=tmp_path)
 
 
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_device_map_naming_a_file_or_a_directory_is_rejected(tmp_path, kind):
+    """Docker refuses it at every container start, which stopped the run as an infrastructure
+    fault (exit 4) after every retry: it is a mistyped flag."""
+    host = tmp_path / "not-a-device"
+    host.touch() if kind == "file" else host.mkdir()
+    with pytest.raises(BadInput) as error:
+        passthrough("explicit", "a2a3", ["0"], [f"{host}:/dev/davinci0"], root=tmp_path)
+
+    assert str(error.value) == (
+        f"{host} named in --device-map is not a device node (a file or a directory); fix "
+        "--device-map HOST:CONTAINER"
+    )
+    linked = tmp_path / "davinci"
+    linked.symlink_to("/dev/null")  # a link to a device node is one
+    assert passthrough("explicit", "a2a3", ["0"], [f"{linked}:/dev/davinci0"]).devices
+
+
 @pytest.mark.parametrize(
     "entry", ["/dev/null", "dev/null:/dev/davinci0", "/dev/null:/dev/davinci0:rwx", "/a:/b:r:w"]
 )
