@@ -27,7 +27,6 @@ import docker.errors
 
 import runner
 from runner import __version__, gitcmd
-from runner.config import Settings
 from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError
 from runner.execute import (
@@ -41,14 +40,13 @@ from runner.execute import (
     image_defaults,
 )
 from runner.images import find_test_image, image_labels, image_tag
-from runner.inputs import SNAPSHOTS
 from runner.ledger import (
     Attempt,
     LedgerDocument,
     judged,
 )
-from runner.prepare import Prepared, prepare, writable_directory
-from runner.reproduce import find_recorded
+from runner.prepare import writable_directory
+from runner.reproduce import find_recorded, session_prepared
 from runner.verdict import Tolerance, VerdictPatterns
 from runner.workflow import load_saved_settings, run_settings
 
@@ -128,9 +126,7 @@ def export_attempt(
             "workdir": workdir,  # where the session's snapshot is, wherever the workdir moved
         }
     )
-    prepared = prepare(settings)
-    if prepared.inputs.settings_digest != inputs.settings_digest:
-        prepared = _prepared_from_snapshot(settings, workdir, inputs.settings_digest)
+    prepared = session_prepared(settings, inputs.settings_digest, "export")
     client = prepared.client
     image = _test_image(client, attempt, prepared.base_image_id)
     recorded_image = attempt.image_id
@@ -206,22 +202,6 @@ def export_attempt(
                     child.unlink(missing_ok=True)
         raise
     return Bundle(destination, attempt, size)
-
-
-def _prepared_from_snapshot(settings: Settings, workdir: Path, digest: str) -> Prepared:
-    """The pypto-lib checkout changed since the session ran: find the session's own snapshot of it
-    (the one whose content gives the recorded session digest) and prepare from that."""
-    snapshots = workdir / SNAPSHOTS
-    candidates = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
-    for candidate in candidates:
-        with contextlib.suppress(BadInput):
-            prepared = prepare(settings.model_copy(update={"lib": candidate}))
-            if prepared.inputs.settings_digest == digest:
-                return prepared
-    raise BadInput(
-        f"the pypto-lib checkout, pto-isa, ptoas or the run settings changed since the session "
-        f"ran, and no snapshot in {snapshots} matches it; restore them, then export"
-    )
 
 
 def _recorded_entry(path: Path, run_id: str) -> dict[str, Any]:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner import __version__
+from runner.config import Settings
 from runner.errors import USER_SKIP, BadInput
+from runner.inputs import SNAPSHOTS, snapshot
 from runner.ledger import (
     Attempt,
     Ledger,
@@ -21,7 +23,7 @@ from runner.ledger import (
     session_copy,
     session_folder,
 )
-from runner.prepare import prepare
+from runner.prepare import Prepared, prepare
 from runner.search import Verdict
 from runner.workflow import (
     LEDGER_NAME,
@@ -146,7 +148,7 @@ def reproduce(
             **moved,
         }
     )
-    prepared = prepare(settings)
+    prepared = session_prepared(settings, inputs.settings_digest, "reproduce")
     if prepared.base_image_id != inputs.base_image_id:
         raise BadInput(
             f"base image {inputs.base_image} is now {prepared.base_image_id[:19]}, not the "
@@ -174,3 +176,30 @@ def reproduce(
     # Both as the session's limits judge them, as its search did.
     limits = settings.tolerance()
     return judged(original, limits), judged(again, limits)
+
+
+def session_prepared(settings: Settings, digest: str, action: str) -> Prepared:
+    """The session's inputs prepared again, for `reproduce` and `export`, with the pypto-lib
+    tree its runs read (`digest`: the session's recorded settings digest).
+
+    The checkout as it is now, when it still gives the session's digest: the runs read its
+    snapshot in the workdir, made again from it when the workdir lacks it (a CI artifact keeps
+    the ledger and logs, not `lib-snapshot/`), and checked against the digest as `run` checks
+    it. Else the workdir's own snapshot whose content gives the digest (the checkout moved on).
+    """
+    prepared = prepare(settings)
+    workdir = settings.workdir
+    if prepared.inputs.settings_digest == digest:
+        snapshot(prepared.lib, prepared.lib_digest, workdir, prepared.lib_exclude)
+        return prepared
+    snapshots = workdir / SNAPSHOTS
+    candidates = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+    for candidate in candidates:
+        with contextlib.suppress(BadInput):
+            prepared = prepare(settings.model_copy(update={"lib": candidate}))
+            if prepared.inputs.settings_digest == digest:
+                return prepared
+    raise BadInput(
+        f"the pypto-lib checkout, pto-isa, ptoas or the run settings changed since the session "
+        f"ran, and no snapshot in {snapshots} matches it; restore them, then {action}"
+    )

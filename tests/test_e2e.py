@@ -722,6 +722,30 @@ def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     assert "the verdict reproduces" in there.stdout
     assert not workdir.exists()
 
+    # What the GitHub workflow uploads of it, without the example's snapshot: reproduce made
+    # none and failed ("example ... not found in <artifact>/lib-snapshot/..."). The checkout
+    # still holds the session's pypto-lib: its snapshot is made again from it.
+    artifact = tmp_path / "artifact"
+    for pattern in _uploaded_from_the_workdir():
+        for path in moved.glob(pattern.rstrip("/")):
+            target = artifact / path.relative_to(moved)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copy = shutil.copytree if path.is_dir() else shutil.copy2
+            copy(path, target)
+    assert (artifact / "ledger.json").is_file() and not (artifact / "lib-snapshot").exists()
+    downloaded = cli("reproduce", "--workdir", str(artifact), culprit_run)
+    assert downloaded.returncode == 0, downloaded.stderr
+    assert "the verdict reproduces" in downloaded.stdout
+
+
+def _uploaded_from_the_workdir() -> list[str]:
+    """The workdir paths `.github/workflows/bisect.yml` uploads as the job's artifact."""
+    workflow = (Path(__file__).parents[1] / ".github/workflows/bisect.yml").read_text()
+    prefix = "${{ steps.bisect.outputs.workdir }}/"
+    paths = [line.strip()[len(prefix) :] for line in workflow.splitlines() if prefix in line]
+    assert "ledger.json" in paths, paths
+    return [p for p in paths if p]
+
 
 @pytest.mark.parametrize("presses", [1, 2, 3], ids=["once", "twice", "thrice"])
 def test_ctrl_c_mid_run_removes_its_containers_and_keeps_the_ledger(
