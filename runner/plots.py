@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.files import write_atomic
 from runner.ledger import Attempt
 from runner.verdict import printed_failure
 
@@ -164,9 +165,7 @@ def plot(levels: Sequence[tuple[str, Sequence[Point], int | None]], path: Path) 
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # commits have no halves
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=90)
-    tmp.replace(path)
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=90), suffix=".png")
     with contextlib.suppress(OSError):
         drawn.write_text(digest + "\n")
     return path

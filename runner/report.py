@@ -16,6 +16,7 @@ from typing import Any
 
 from runner.confidence import consistent, tally, why_low
 from runner.errors import RETIRED, USER_SKIP
+from runner.files import write_text_atomic
 from runner.fingerprint import changes as fingerprint_changes
 from runner.fingerprint import describe as describe_change
 from runner.history import Change, CommitInfo, Merged
@@ -1105,7 +1106,5 @@ def write_reports(
         (json_path, json.dumps(strict_json(data), indent=2, allow_nan=False) + "\n"),
         (md_path, build_markdown(doc, outcome, facts, data)),
     ):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8", errors="replace")  # never half-written for a byte
-        tmp.replace(path)
+        write_text_atomic(path, text)  # never half-written
     return json_path, md_path, data

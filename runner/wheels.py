@@ -32,6 +32,7 @@ from runner.config import DEFAULT_BUILD_COMMAND, PEP517_FRONTEND_PATH
 from runner.containers import ContainerSpec, Mount
 from runner.errors import BuildTimedOut, InfrastructureError
 from runner.execute import KIND_LABEL, LABEL, keep_explicit, run_container
+from runner.files import write_text_atomic
 from runner.sources import ExportResult
 
 if TYPE_CHECKING:
@@ -187,9 +188,7 @@ def dir_size(path: Path) -> int:
 
 
 def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 class WheelCache:

@@ -35,6 +35,7 @@ from runner.errors import (
 )
 from runner.execute import reclaim, remove_stale_containers
 from runner.executor import Executor, LocalExecutor
+from runner.files import write_text_atomic
 from runner.findings import gather_facts
 from runner.fingerprint import Collector
 from runner.fingerprint import changes as fingerprint_changes
@@ -315,10 +316,7 @@ def make_session(
 
 def _save_settings(workdir: Path, settings: Settings) -> None:
     """The full settings beside the ledger, so `reproduce` can rebuild the exact environment."""
-    path = workdir / SETTINGS_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(settings.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(workdir / SETTINGS_NAME, settings.model_dump_json(indent=2) + "\n")
 
 
 def _keep_earlier_session(workdir: Path, backup: Path) -> None:
