@@ -1125,6 +1125,27 @@ def test_an_example_killed_for_memory_after_it_printed_a_mismatch_is_no_verdict(
     assert [a["verdict"] for a in attempts] == ["good"]  # the known-good end, which passed
 
 
+def test_a_mismatch_printed_after_a_device_fault_is_no_verdict(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    """An example that goes on after aclInit failed compares garbage: its mismatch was recorded
+    as bad, and a busy card named a wrong culprit with exit 0. A pass logged beside the same
+    line computed right and stays a pass."""
+    sample = sample_factory(PYPTO_REGRESSION)
+    workdir = tmp_path / "work"
+    fault = "[ERROR] aclInit failed: error 507033 (device busy)"
+    args = run_args(sample, workdir, shared_cache, "--run-env", f"SAMPLE_SAYS_FIRST={fault}")
+
+    stopped = cli(*args, "--infra-retries", "2")
+
+    assert stopped.returncode == 4, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    bad = sample.pypto_shas[-1][:12]
+    assert f"the example run of {bad} on device 0 hit a device or machine fault" in last, last
+    attempts = json.loads((workdir / "ledger.json").read_text())["attempts"]
+    assert [a["verdict"] for a in attempts] == ["good"]  # the known-good end, which passed
+
+
 def test_a_build_that_hangs_stops_with_what_to_do_and_skip_takes_it_out(
     shared_cache: Path, tmp_path: Path
 ) -> None:

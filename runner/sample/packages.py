@@ -540,6 +540,10 @@ def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
             args = parser.parse_args()
             started = time.time()
             check_device(args.platform, args.device)
+            # SAMPLE_SAYS_FIRST: a line the example prints before it computes (a driver's error
+            # that an example goes on after, say).
+            if os.environ.get("SAMPLE_SAYS_FIRST"):
+                print(os.environ["SAMPLE_SAYS_FIRST"], flush=True)
             # SAMPLE_RUN_SECONDS: how long the example computes (a run a test can interrupt).
             time.sleep(float(os.environ.get("SAMPLE_RUN_SECONDS") or 0))
             # SAMPLE_HOLD_MIB: memory the example holds while it computes (an OOM kill a test can
