@@ -106,12 +106,20 @@ def _fits_the_engine(client: docker.DockerClient, settings: Settings) -> None:
     """The engine refuses a container with more CPUs than its host has, and one limited to more
     memory than it has can never be held to its limit: say so before the first build, not as
     three infrastructure failures."""
-    if settings.cpus is None and settings.memory is None:
+    runtime = settings.device_mode == "ascend-runtime" and not is_simulator(settings.platform)
+    if settings.cpus is None and settings.memory is None and not runtime:
         return
     try:
         info = client.info()
     except docker.errors.DockerException as exc:
         raise InfrastructureError(f"the Docker Engine did not answer `docker info`: {exc}") from exc
+    if runtime and "ascend" not in (info.get("Runtimes") or {}):
+        known = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
+        raise BadInput(
+            f"{settings.given_as('device_mode')} ascend-runtime: the Docker Engine has no "
+            f"`ascend` runtime (it has {known}); install Ascend Docker Runtime and register it "
+            "in /etc/docker/daemon.json, or use --device-mode explicit"
+        )
     available = int(info.get("NCPU") or 0)
     if settings.cpus is not None and available and settings.cpus > available:
         raise BadInput(

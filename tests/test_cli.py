@@ -76,6 +76,16 @@ def test_bad_flags_get_one_line_and_exit_2(sample, tmp_path, flag, value, fragme
     assert_one_line_error(cli(*args_with(sample, tmp_path, **{flag: value})), 2, fragment)
 
 
+@pytest.mark.docker
+def test_ascend_runtime_mode_on_an_engine_without_that_runtime_is_bad_input(sample, tmp_path):
+    """Every container start failed ("unknown or invalid runtime name"), three tries, exit 4:
+    the engine's runtimes are known before the first build."""
+    args = args_with(sample, tmp_path, platform="a2a3", device_mode="ascend-runtime")
+    assert_one_line_error(
+        cli(*args), 2, "--device-mode ascend-runtime: the Docker Engine has no `ascend` runtime"
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
