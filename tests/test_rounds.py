@@ -178,19 +178,25 @@ def test_any_monotone_history_on_two_devices_gives_the_brute_force_answer(spec):
         assert outcome.simpler.first_bad == sample.simpler_shas[state]
 
 
+def named_both_at_4(outcome, sample: Sample) -> bool:
+    """Whether a run named pypto commit 4 and simpler commit 4 (exit 0); an answer with exit 0
+    must hold the confidence, right or wrong."""
+    if outcome.exit_code == 0:
+        assert outcome.pypto.probability >= 0.95
+    return (
+        outcome.exit_code == 0
+        and outcome.pypto.first_bad == sample.pypto_shas[4]
+        and outcome.simpler_culprit == sample.simpler_shas[4]
+    )
+
+
 def test_a_flaky_example_on_two_devices_still_finds_both_culprits(sample_factory):
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 7),), simpler_regression_at=4))
     right = 0
     for seed in range(10):
         tester = RoundTester(sample, parallel=2, false_fail=0.1, false_pass=0.1, seed=seed)
         outcome, _ = bisect(sample, tester=tester)
-        right += (
-            outcome.exit_code == 0
-            and outcome.pypto.first_bad == sample.pypto_shas[4]
-            and outcome.simpler_culprit == sample.simpler_shas[4]
-        )
-        if outcome.exit_code == 0:
-            assert outcome.pypto.probability >= 0.95
+        right += named_both_at_4(outcome, sample)
     assert right >= 9
 
 
@@ -547,13 +553,7 @@ def test_a_flaky_example_whose_early_picks_miss_still_finds_the_culprit_and_repl
         outcome, _ = bisect(sample, tester=tester)
         bisect(sample, tester=rounds)
         extra += len(tester.tested) - len(rounds.tested)
-        right += (
-            outcome.exit_code == 0
-            and outcome.pypto.first_bad == sample.pypto_shas[4]
-            and outcome.simpler_culprit == sample.simpler_shas[4]
-        )
-        if outcome.exit_code == 0:
-            assert outcome.pypto.probability >= 0.95
+        right += named_both_at_4(outcome, sample)
         replayed = session_over(sample, LedgerOnly(parallel=2), tester.lookup).run()
         assert replayed.pending is None
         assert (replayed.pypto.first_bad, replayed.simpler_culprit, replayed.exit_code) == (

@@ -1728,19 +1728,22 @@ def test_an_environment_that_breaks_before_the_end_is_drift_with_exit_3(sample_f
     assert pypto["holding_99"] == len(outcome.pypto.belief.ranked()) > 1
 
 
+class SecondDriftRunFails(SpecTester):
+    """Honest but for the second drift check run of the known-good commit, which fails."""
+
+    def test(self, level, pypto, simpler):
+        drifts = sum(t[0] == "drift" for t in self.tested)
+        if level == "drift" and pypto == self.sample.pypto_shas[0] and drifts == 1:
+            return self.record(level, pypto, simpler, Verdict.BAD)
+        return super().test(level, pypto, simpler)
+
+
 def test_drift_judged_from_runs_that_disagree_says_so(sample_factory):
     """--repeat 3 --policy any-fail: one of the known-good commit's three runs at the end fails.
     The policy calls that drift (exit 3), and a note gives the counts: flakiness looks alike."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
 
-    class OneLie(SpecTester):
-        def test(self, level, pypto, simpler):
-            drifts = sum(t[0] == "drift" for t in self.tested)
-            if level == "drift" and pypto == sample.pypto_shas[0] and drifts == 1:
-                return self.record(level, pypto, simpler, Verdict.BAD)
-            return super().test(level, pypto, simpler)
-
-    outcome, _ = bisect(sample, tester=OneLie(sample), repeat=3, policy="any-fail")
+    outcome, _ = bisect(sample, tester=SecondDriftRunFails(sample), repeat=3, policy="any-fail")
 
     assert outcome.pypto.first_bad == sample.pypto_shas[5]
     assert outcome.drift == [f"the known-good commit {sample.pypto_shas[0][:12]}"]
@@ -1759,14 +1762,7 @@ def test_drift_runs_that_disagree_are_counted_in_the_confidence_table_and_the_fl
     table gave the commit 3 passes and its note said no run of it disagreed."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=5))
 
-    class OneLie(SpecTester):
-        def test(self, level, pypto, simpler):
-            drifts = sum(t[0] == "drift" for t in self.tested)
-            if level == "drift" and pypto == sample.pypto_shas[0] and drifts == 1:
-                return self.record(level, pypto, simpler, Verdict.BAD)
-            return super().test(level, pypto, simpler)
-
-    tester = OneLie(sample)
+    tester = SecondDriftRunFails(sample)
     outcome, _ = bisect(sample, tester=tester, repeat=3, policy="majority")
 
     assert outcome.pypto.first_bad == sample.pypto_shas[5] and not outcome.drift
