@@ -1001,9 +1001,16 @@ class Session:
             step = self._decide(result)
             if not isinstance(step, Test):
                 return
+            candidate.clear()  # (a call's requests are numbered from 0)
+            finished.clear()
+            state.update(round=[], early=[])
             self._prefetch(result, step.indices)
             requests, state["round"] = start(step.indices)
-            self.tester.test_round(requests, announce, more)  # type: ignore[attr-defined]
+            attempts = self.tester.test_round(requests, announce, more)  # type: ignore[attr-defined]
+            for index, attempt in enumerate(attempts):
+                if index not in finished:  # one `more` was not asked about: still a run
+                    result.tests += 1
+                    self._count(result, candidate[index], [attempt])
 
     def _bisect_fixed(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]

@@ -563,3 +563,18 @@ def test_a_flaky_example_whose_early_picks_miss_still_finds_the_culprit_and_repl
         )
     assert right >= 11
     assert abs(extra) <= 12  # the lies drawn differ; early starts add little on average
+
+
+def test_a_tester_that_never_asks_for_more_still_gets_every_run_counted(sample_factory):
+    """A call of `test_round` that ran its tests without asking `more` about them: the session
+    counts the attempts it returns and decides again, round after round, as without early
+    starts (it tested the same round for ever)."""
+    sample = sample_factory(SampleSpec(**{**SMALL, "pypto_commits": 20}, pypto_regression_at=13))
+    quiet = PipeTester(sample, parallel=2, pipelined=False)
+    rounds = TimedRounds(sample, parallel=2)
+
+    outcome, _ = bisect(sample, tester=quiet)
+    expected, _ = bisect(sample, tester=rounds)
+
+    assert outcome.pypto.first_bad == expected.pypto.first_bad == sample.pypto_shas[13]
+    assert sorted(quiet.tested) == sorted(rounds.tested)
