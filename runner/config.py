@@ -92,8 +92,9 @@ MAX_BUILD_JOBS = 256
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)b?$")
 MIN_MEMORY = 6 * 2**20
-MIN_CPUS = 0.01  # a CFS quota of 1 ms per 100 ms period: Docker's least
 """Docker refuses a container limited to less memory than this."""
+MIN_CPUS = 0.01
+"""Nor to fewer CPUs: a CFS quota of 1 ms per 100 ms period is the kernel's least."""
 
 
 def memory_bytes(value: str) -> int:

@@ -316,23 +316,14 @@ def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] |
         return None
     tested = []
     for index in sorted({*level.observations, *level.checks}):
-        seen = level.observations.get(index, [])
         checked = level.checks.get(index)
         tested.append(
             {
                 "sha": level.candidates[index],
                 "index": index,
-                "passes": seen.count(Verdict.GOOD),
-                "fails": seen.count(Verdict.BAD),
-                "skips": seen.count(Verdict.SKIP),
+                **_counts(level.observations.get(index, [])),
                 # the drift check's runs at the end, which the search did not weigh
-                "drift_check": None
-                if checked is None
-                else {
-                    "passes": checked.count(Verdict.GOOD),
-                    "fails": checked.count(Verdict.BAD),
-                    "skips": checked.count(Verdict.SKIP),
-                },
+                "drift_check": None if checked is None else _counts(checked),
             }
         )
     data: dict[str, Any] = {
@@ -371,6 +362,14 @@ def _confidence(outcome: Outcome, level: LevelResult | None) -> dict[str, Any] |
             {"sha": outcome.blamed(level, i), "probability": p} for i, p in level.low_confidence
         ]
     return data
+
+
+def _counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
+    return {
+        "passes": verdicts.count(Verdict.GOOD),
+        "fails": verdicts.count(Verdict.BAD),
+        "skips": verdicts.count(Verdict.SKIP),
+    }
 
 
 def _mixed(level: LevelResult) -> list[int]:

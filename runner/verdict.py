@@ -288,8 +288,8 @@ def judge(
         return Outcome(Verdict.SKIP, f"timeout{limit}", metrics)
 
     # Killed from outside (the OOM killer, SIGKILL): no verdict, as for a timeout, whatever the
-    # run printed before (`stopped`); the caller makes it an infrastructure fault.
-    if oom_killed or exit_code == 137:
+    # run printed before; the caller makes it an infrastructure fault.
+    if stopped(exit_code, oom_killed=oom_killed):
         return Outcome(Verdict.SKIP, "killed (out of memory?)", metrics)
 
     bad = patterns.first_bad(text)
