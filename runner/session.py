@@ -804,13 +804,23 @@ class Session:
         """The outcomes of testing `tested`, the likeliest first under the level's posterior
         (ties: the middle boundary first). A guess for the likelier outcome gets the build
         slots first, which counts when the slots cannot build both before the round ends."""
-        outcomes = round_outcomes(tested)
         if self.repeat is not None or len(tested) == 0:
-            return outcomes
+            return round_outcomes(tested)
+        return [outcome for outcome, _ in self._ranked_outcomes(result, observations, tested)]
+
+    @staticmethod
+    def _ranked_outcomes(
+        result: LevelResult,
+        observations: Mapping[int, Sequence[Verdict]],
+        tested: Sequence[int],
+    ) -> list[tuple[tuple[Verdict, ...], float]]:
+        """Each outcome of testing `tested` with its chance under the level's posterior, the
+        likeliest first (ties: the middle boundary first, as `round_outcomes` orders them)."""
         probabilities = belief(
             len(result.candidates), observations, result.prior, result.weights
         ).probabilities
-        return sorted(outcomes, key=lambda o: -round(_chance(probabilities, tested, o), 6))
+        chances = [(o, _chance(probabilities, tested, o)) for o in round_outcomes(tested)]
+        return sorted(chances, key=lambda pair: -round(pair[1], 6))
 
     def _descent_guesses(
         self, first: LevelResult, c: int, observations: Mapping[int, Sequence[Verdict]]
@@ -867,34 +877,40 @@ class Session:
             self._drift_midway(result)
             step = self._decide(result)
             if not isinstance(step, Test):
+                self._conclude(result, step)
                 return
             self._prefetch(result, step.indices)
             self._steps(result, pair, step.indices)
 
     def _decide(self, result: LevelResult) -> Step | LowConfidence | Descend:
-        """The level's next round from its runs so far; a step that ends the level is put into
-        `result` (found, inconclusive, low confidence) and returned as it is."""
+        """The level's next round from its runs so far, or the step that ends it (which
+        `_conclude` puts into `result`)."""
         while True:
             result.belief = belief(
                 len(result.candidates), result.observations, result.prior, result.weights
             )
             step = self._picks(result, result.observations)
-            if isinstance(step, Descend):
-                # (a joint chain descends into a merge's line, which `_line` found readable)
-                if result.pairs is not None or self._range_readable(result.candidates[step.index]):
-                    result.found = step.index
-                    result.descended = True
-                    return step
+            # (a joint chain descends into a merge's line, which `_line` found readable)
+            if isinstance(step, Descend) and not (
+                result.pairs is not None or self._range_readable(result.candidates[step.index])
+            ):
                 # No second level can check this boundary: this level confirms it itself.
                 result.descend = result.descend - {step.index}
                 continue
-            if isinstance(step, Found):
-                result.found = step.index
-            elif isinstance(step, Inconclusive):
-                result.inconclusive = (step.first, step.last)
-            elif isinstance(step, LowConfidence):
-                result.low_confidence = step.candidates
             return step
+
+    @staticmethod
+    def _conclude(result: LevelResult, step: Step | LowConfidence | Descend) -> None:
+        """Put a step that ends the level into `result`."""
+        if isinstance(step, Descend):
+            result.found = step.index
+            result.descended = True
+        elif isinstance(step, Found):
+            result.found = step.index
+        elif isinstance(step, Inconclusive):
+            result.inconclusive = (step.first, step.last)
+        elif isinstance(step, LowConfidence):
+            result.low_confidence = step.candidates
 
     def _bisect_pipelined(
         self, result: LevelResult, pair: Callable[[str], tuple[str, str | None]]
@@ -954,9 +970,9 @@ class Session:
                 step = self._decide(result)
             if not isinstance(step, Test):
                 if running:  # decided again once these runs are in
-                    result.found = result.inconclusive = result.low_confidence = None
-                    result.descended = False
                     state["round"] = early
+                else:
+                    self._conclude(result, step)
                 return [], False
             picks = _missing(step.indices, [candidate[i] for i in early])
             self._prefetch(result, step.indices)
@@ -970,13 +986,10 @@ class Session:
             if state["early"] or free <= 0:
                 return [], False
             tested = [candidate[i] for i in state["round"] if i not in finished]
-            likeliest = self._likeliest_first(result, result.observations, tested)
-            probabilities = belief(
-                len(result.candidates), result.observations, result.prior, result.weights
-            ).probabilities
-            if not likeliest or _chance(probabilities, tested, likeliest[0]) < EARLY_START:
+            ranked = self._ranked_outcomes(result, result.observations, tested)
+            if not ranked or ranked[0][1] < EARLY_START:
                 return [], False
-            fantasy = with_outcome(result.observations, tested, likeliest[0])
+            fantasy = with_outcome(result.observations, tested, ranked[0][0])
             try:
                 step = self._picks(result, fantasy)
             except ValueError:
@@ -1000,6 +1013,7 @@ class Session:
             self._drift_midway(result)
             step = self._decide(result)
             if not isinstance(step, Test):
+                self._conclude(result, step)
                 return
             candidate.clear()  # (a call's requests are numbered from 0)
             finished.clear()
