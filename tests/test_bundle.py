@@ -24,7 +24,7 @@ from runner.containers import ContainerSpec, Mount
 from runner.execute import KIND_LABEL, LABEL, LIB_MOUNT, RUN_MOUNT
 from runner.sample.histories import Sample, SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
-from tests.fixtures.cli import Cli, cli
+from tests.fixtures.cli import Cli, Finish, cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -68,6 +68,7 @@ class Exported:
 
 
 def bisect_and_export(
+    finished_run: Finish,
     bisect: Callable[..., Cli],
     sample: Sample,
     tmp_path: Path,
@@ -75,7 +76,8 @@ def bisect_and_export(
     *extra: str,
     before_export: Callable[[], object] = lambda: None,
 ) -> Exported:
-    """Bisect the sample and export the attempt `pick` chooses.
+    """Bisect the sample (the test session's finished run first) and export the attempt `pick`
+    chooses.
 
     Other test sessions sharing the engine remove the tool images that appeared while they ran,
     ours included; when that lands between the bisect and the export, bisect again in a fresh
@@ -83,7 +85,10 @@ def bisect_and_export(
     """
     for round_ in range(3):
         workdir = tmp_path / f"work-{round_}"
-        finished = bisect(sample, *extra, workdir=workdir)
+        if round_ == 0:
+            finished = finished_run(sample, *extra, to=workdir).result
+        else:
+            finished = bisect(sample, *extra, workdir=workdir)
         assert finished.returncode == 0, finished.stderr
         before_export()
         ledger = json.loads((workdir / "ledger.json").read_text())
@@ -107,7 +112,7 @@ def a_good_run(finished: Cli, ledger: dict) -> dict:
 
 
 def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_removed(
-    sample_factory, bisect, tmp_path, docker_client
+    sample_factory, finished, bisect, tmp_path, docker_client
 ):
     sample = sample_factory(EXPORTED)
     lib = tmp_path / "lib"  # a pypto-lib checkout of this test's own, edited after the bisect
@@ -119,7 +124,14 @@ def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_r
         example.write_text(original.decode().replace("RTOL = 1e-5", "RTOL = 1.0"))
 
     exported = bisect_and_export(
-        bisect, sample, tmp_path, culprit, "--lib", str(lib), before_export=edit_the_checkout
+        finished,
+        bisect,
+        sample,
+        tmp_path,
+        culprit,
+        "--lib",
+        str(lib),
+        before_export=edit_the_checkout,
     )
 
     ledger, entry, bundle = exported.ledger, exported.entry, exported.bundle
@@ -168,10 +180,10 @@ def test_an_exported_bundle_reproduces_the_culprits_verdict_after_its_image_is_r
 
 
 def test_a_good_verdicts_bundle_reproduces_and_says_so_when_it_no_longer_holds(
-    sample_factory, bisect, tmp_path, docker_client
+    sample_factory, finished, bisect, tmp_path, docker_client
 ):
     sample = sample_factory(EXPORTED)
-    bundle = bisect_and_export(bisect, sample, tmp_path, a_good_run).bundle
+    bundle = bisect_and_export(finished, bisect, sample, tmp_path, a_good_run).bundle
 
     unchanged = run_bundle(bundle)
     assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
@@ -189,11 +201,11 @@ def test_a_good_verdicts_bundle_reproduces_and_says_so_when_it_no_longer_holds(
 
 
 def test_export_refuses_an_attempt_that_is_not_in_the_ledger_and_a_used_directory(
-    sample_factory, bisect, tmp_path
+    sample_factory, finished, tmp_path
 ):
     sample = sample_factory(EXPORTED)
     workdir = tmp_path / "work"
-    assert bisect(sample, workdir=workdir).returncode == 0
+    assert finished(sample, to=workdir).result.returncode == 0
     used = tmp_path / "used"
     used.mkdir()
     (used / "keep.txt").write_text("mine")
@@ -208,14 +220,14 @@ def test_export_refuses_an_attempt_that_is_not_in_the_ledger_and_a_used_director
     assert not (tmp_path / "b").exists()
 
 
-def test_an_export_stopped_by_a_ci_cancel_leaves_no_half_bundle(sample_factory, bisect, tmp_path):
+def test_an_export_stopped_by_a_ci_cancel_leaves_no_half_bundle(sample_factory, finished, tmp_path):
     """A CI job's cancel (SIGTERM; a dropped ssh session's SIGHUP goes the same way) mid-export
     killed the tool by the signal and left a truncated image.tar.gz beside a complete-looking
     run.sh, which the next export to the same place refused. It stops as Ctrl-C does: exit 130,
     nothing left."""
     sample = sample_factory(EXPORTED)
     workdir = tmp_path / "work"
-    assert bisect(sample, workdir=workdir).returncode == 0
+    assert finished(sample, to=workdir).result.returncode == 0
     run_id = json.loads((workdir / "ledger.json").read_text())["attempts"][0]["run_id"]
     bundle = tmp_path / "bundle"
     command = [sys.executable, "-m", "runner.cli", "export", run_id, "--workdir", str(workdir)]
@@ -274,12 +286,15 @@ def test_run_sh_hands_docker_every_value_verbatim_whatever_it_contains():
 
 
 def test_a_run_of_an_earlier_session_is_exported_with_that_sessions_record(
-    sample_factory, bisect, tmp_path
+    sample_factory, finished, bisect, tmp_path
 ):
     sample = sample_factory(EXPORTED)
     for round_ in range(3):  # see bisect_and_export: another session may remove our image
         workdir = tmp_path / f"work-{round_}"
-        assert bisect(sample, workdir=workdir).returncode == 0
+        if round_ == 0:
+            assert finished(sample, to=workdir).result.returncode == 0
+        else:
+            assert bisect(sample, workdir=workdir).returncode == 0
         first = json.loads((workdir / "ledger.json").read_text())
         entry = next(a for a in first["attempts"] if a["image_id"])
         assert bisect(sample, "--new-session", workdir=workdir).returncode == 0

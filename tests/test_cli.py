@@ -455,12 +455,12 @@ def referenced_files(ledger: Path) -> dict[str, str]:
 @pytest.mark.docker
 @pytest.mark.timeout(900)
 def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_untouched(
-    sample_factory, tmp_path, shared_cache
+    sample_factory, finished, tmp_path, shared_cache
 ):
     sample = sample_factory(NEW_SESSION_SPEC)
     workdir = tmp_path / "work"
     args = run_args(sample, workdir, shared_cache)
-    first = cli(*args, "--json")
+    first = finished(sample, to=workdir).result
     assert first.returncode == 0, first.stderr
     ledger = workdir / "ledger.json"
     before = ledger.read_bytes()
@@ -511,11 +511,11 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
 
 @pytest.mark.docker
 def test_the_report_wall_time_is_the_sessions_and_shows_this_invocations_too(
-    sample_factory, tmp_path, shared_cache
+    sample_factory, finished, tmp_path, shared_cache
 ):
     sample = sample_factory(NEW_SESSION_SPEC)
     args = run_args(sample, tmp_path / "work", shared_cache)
-    first = cli(*args, "--json").json()["stats"]
+    first = finished(sample, to=tmp_path / "work").result.json()["stats"]
     again = cli(*args, "--json").json()["stats"]  # a resume with nothing left to do
 
     invocations = json.loads((tmp_path / "work" / "ledger.json").read_text())["invocations"]
@@ -681,10 +681,10 @@ def as_environment(args: list[str]) -> dict[str, str]:
 
 @pytest.mark.docker
 def test_a_bisect_configured_only_through_the_environment_finds_the_same_culprit(
-    sample_factory, tmp_path, shared_cache
+    sample_factory, finished, tmp_path, shared_cache
 ):
     sample = sample_factory(NEW_SESSION_SPEC)
-    by_flags = cli(*run_args(sample, tmp_path / "flags", shared_cache), "--json")
+    by_flags = finished(sample, to=tmp_path / "flags").result
     environment = as_environment(run_args(sample, tmp_path / "env", shared_cache))
     assert {"BISECT_PRECISION_DEVICE_MAP", "BISECT_PRECISION_KNOWN_GOOD"} <= set(environment)
 

@@ -80,12 +80,12 @@ def max_tests(commits: int) -> int:
     return math.ceil(math.log2(commits))
 
 
-def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisect, tmp_path):
+def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, finished, tmp_path):
     sample = sample_factory(PYPTO_REGRESSION)
-    before = (checkout_state(sample.pypto), checkout_state(sample.lib))
 
-    result = bisect(sample)
+    done = finished(sample, to=tmp_path / "work")
 
+    result = done.result
     assert result.returncode == 0, result.stderr
     report = result.json()
     assert report["source"] == "pypto"
@@ -96,7 +96,7 @@ def test_a_regression_in_pypto_code_is_found_at_its_commit(sample_factory, bisec
     assert len(report["steps"]) - len(searched) <= 2, "the drift check re-runs at most two"
     assert report["confidence"]["pypto"]["probability"] >= 0.95
     assert report["triage"]["status"] == "changed"
-    assert (checkout_state(sample.pypto), checkout_state(sample.lib)) == before
+    assert (checkout_state(sample.pypto), checkout_state(sample.lib)) == done.checkouts_before
     assert report["noop"] is None and report["drift"] == []
     assert report["environment"]["changes"] == []
     md = (tmp_path / "work" / "report.md").read_text()
@@ -626,14 +626,14 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
 
 
 def test_status_report_log_reproduce_and_cache_on_a_finished_session(
-    sample_factory, bisect, tmp_path, shared_cache
+    sample_factory, finished, tmp_path, shared_cache
 ):
     sample = sample_factory(PYPTO_REGRESSION)
     workdir = tmp_path / "work"
-    finished = bisect(sample)
-    assert finished.returncode == 0
+    done = finished(sample, to=workdir).result
+    assert done.returncode == 0
 
-    culprit_run = finished.json()["reproduce"].split()[-1]
+    culprit_run = done.json()["reproduce"].split()[-1]
     again = cli("reproduce", "--workdir", str(workdir), culprit_run)
     assert again.returncode == 0, again.stderr
     assert "the verdict reproduces" in again.stdout
