@@ -10,6 +10,9 @@ WHEELHOUSE := .cache/wheelhouse
 FLAKY ?= 0
 SEED ?= 0
 PYTEST_ARGS ?=
+# pytest-xdist workers: the Docker tests run one after another on one of them (they share the
+# engine), everything else on the other meanwhile. PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench fuzz clean
 
@@ -73,7 +76,7 @@ lint: lint-tools
 
 # pytest exits 5 when it collects nothing (a -k or -m that matches no test): report it, not fail.
 pytest: venv
-	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: nothing was checked" >&2; rc=0; fi; \
 	exit $$rc
 

@@ -79,9 +79,12 @@ def guessing(
     finally:
         tester.close(cancel=False)
         ledger.close()
-        for sha, _ in pairs:
-            for image in docker_client.images.list(filters={"label": f"{LABEL}.pypto={sha}"}):
-                docker_client.images.remove(image.id, force=True)
+        for sha, _ in pairs:  # ids alone: another run on the engine may remove one meanwhile
+            for image_id in docker_client.api.images(
+                filters={"label": f"{LABEL}.pypto={sha}"}, quiet=True
+            ):
+                with contextlib.suppress(docker.errors.NotFound):
+                    docker_client.images.remove(image_id, force=True)
 
 
 def wait_for(condition, seconds: float, what: str) -> None:
