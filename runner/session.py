@@ -2156,7 +2156,13 @@ class Session:
             )
 
         run = self._runs_of(level, pairs, seen)
-        self._until_settled(len(pairs), lambda i: verdict(i) is not None, run, lambda i: True)
+        self._until_settled(
+            len(pairs),
+            lambda i: verdict(i) is not None,
+            run,
+            lambda i: True,
+            lacking=None if self.repeat is None else lambda i: self.repeat - len(seen[i]),
+        )
         out = []
         for i in range(len(pairs)):
             v = verdict(i)
@@ -2183,13 +2189,16 @@ class Session:
         settled: Callable[[int], bool],
         run: Callable[[Sequence[int]], None],
         go_on: Callable[[int], bool],
+        lacking: Callable[[int], int] | None = None,
     ) -> None:
         """Run items ``0..count-1`` again until each is settled; ``go_on(i)`` once item i is
         settled says whether the others are still wanted.
 
         One device: one item after the other, as before. Several: every unsettled item in one
         round, and the spare devices repeat items that already needed a repeat, so a flaky pair
-        gets its runs at once.
+        gets its runs at once. With fixed repeats, ``lacking(i)`` is how many runs item i still
+        lacks: the spare devices take those at once, and never one more (`--repeat N` is N runs
+        of every tested commit, which a policy such as majority counts).
         """
         if self.parallel == 1:
             for i in range(count):
@@ -2210,9 +2219,13 @@ class Session:
             if not open_:
                 return
             picks = list(open_)
-            again = [i for i in open_ if i in ran]
-            while again and len(picks) < self.parallel:
-                picks.append(again[len(picks) % len(again)])
+            if lacking is not None:
+                more = [i for i in open_ for _ in range(lacking(i) - 1)]
+                picks += more[: max(0, self.parallel - len(picks))]
+            else:
+                again = [i for i in open_ if i in ran]
+                while again and len(picks) < self.parallel:
+                    picks.append(again[len(picks) % len(again)])
             ran.update(open_)
             run(picks)
 
@@ -2281,7 +2294,17 @@ class Session:
                 self._prefetch(first, following, assumed, testing=tested, certain=certain)
             self._steps(first, pair, tested)
 
-        self._until_settled(len(ends), lambda i: state(i) is not None, run, holds)
+        def lacking(i: int) -> int:
+            assert self.repeat is not None
+            return self.repeat - len(first.observations.get(ends[i][0], []))
+
+        self._until_settled(
+            len(ends),
+            lambda i: state(i) is not None,
+            run,
+            holds,
+            lacking=None if self.repeat is None else lacking,
+        )
 
     def _split(self, first: LevelResult, parent: str, culprit: str, old: str, new: str) -> Split:
         halves: list[tuple[str, str | None]] = [(parent, new), (culprit, old)]

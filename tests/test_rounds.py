@@ -200,17 +200,24 @@ def test_a_flaky_example_on_two_devices_still_finds_both_culprits(sample_factory
     assert right >= 9
 
 
-def test_fixed_repeats_fill_a_round_with_the_runs_a_commit_still_lacks(sample_factory):
+@pytest.mark.parametrize(("repeat", "parallel"), [(3, 3), (2, 3), (3, 2)])
+def test_fixed_repeats_fill_a_round_with_the_runs_a_commit_still_lacks(
+    sample_factory, repeat, parallel
+):
+    """`--repeat N` is N runs of each tested commit, whatever the devices: the endpoints and the
+    drift check once ran one more on the spare devices, and a majority counted it."""
     sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 4),), pypto_regression_at=6))
-    tester = RoundTester(sample, parallel=3)
+    tester = RoundTester(sample, parallel=parallel)
 
-    outcome, _ = bisect(sample, tester=tester, repeat=3, policy="majority")
+    outcome, _ = bisect(sample, tester=tester, repeat=repeat, policy="majority")
 
     assert outcome.pypto.first_bad == sample.pypto_shas[6]
-    runs = [tester.tested.count(pair) for pair in set(tester.tested)]
-    assert runs and all(n >= 3 for n in runs)
-    # every commit's three runs share one round
-    assert any(len(set(r)) == 1 and len(r) == 3 for r in tester.rounds)
+    runs = {pair: tester.tested.count(pair) for pair in set(tester.tested)}
+    # N for a commit, 2N for the two the drift check runs again (the known-good and last good)
+    assert runs and all(n in (repeat, 2 * repeat) for n in runs.values()), runs
+    assert sum(n == 2 * repeat for n in runs.values()) <= 2, runs
+    if repeat == parallel:  # every commit's runs share one round
+        assert any(len(set(r)) == 1 and len(r) == repeat for r in tester.rounds)
 
 
 def test_while_a_round_runs_both_next_pivots_are_prefetched_first(sample_factory):
