@@ -298,10 +298,11 @@ class DockerTester:
                     self._note_infrastructure(request.pypto, request.simpler, reason)
                     if isinstance(exc, DeviceFault):
                         live = len(self.executor.slots)
-                        self.executor.retire(exc.slot, reason)
+                        why = reason.removeprefix(f"device {exc.slot.device}: ")
+                        self.executor.retire(exc.slot, why)
                         if len(self.executor.slots) < live:  # the report lists it
                             where = placement(exc.slot.device, exc.slot.node)
-                            self._note_infrastructure("-", None, f"{RETIRED} {where}: {reason}")
+                            self._note_infrastructure("-", None, f"{RETIRED} {where}: {why}")
                     if len(failures[index]) >= self.infra_retries:
                         fatal = InfrastructureError(_stopping(failures[index], request, self._ends))
                         fatal.__cause__ = exc

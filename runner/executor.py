@@ -612,10 +612,18 @@ def run_on_node(
         try:
             result = run_example(client, run, echo=echo, cancel=cancel)
         except InfrastructureError as exc:
-            missing = [d.split(":", 1)[0] for d in slot.passthrough.devices]
-            if any(f'"{path}"' in str(exc) or f"{path}:" in str(exc) for path in missing):
+            inside = {d.split(":")[0]: (d.split(":") * 2)[1] for d in slot.passthrough.devices}
+            gone = [host for host in inside if f'"{host}"' in str(exc) or f"{host}:" in str(exc)]
+            cards = {f"/dev/davinci{card.strip()}" for card in slot.device.split(",")}
+            own = {host for host, node in inside.items() if node in cards}
+            if gone and set(gone) <= own:
                 # The engine could not hand this card's device node over (it left the host).
                 raise DeviceFault(f"device {slot.device}: {exc}", slot) from exc
+            if gone:  # a control node or a --device-map node: every device's containers get it
+                raise InfrastructureError(
+                    f"device node {gone[0]}, which every device's containers get, is not on "
+                    f"the host: {exc}"
+                ) from exc
             raise
     finally:
         give_back(slot)

@@ -617,14 +617,25 @@ def _check_notes(doc: LedgerDocument, facts: ReportFacts, outcome: Outcome) -> l
     faults = len(facts.infrastructure) - len(retired)
     if faults:
         notes.append(
-            f"{faults} infrastructure fault{'s' if faults > 1 else ''} (timeouts, OOM kills, "
-            "device or Docker errors) were retried and never counted as verdicts; see "
-            "infrastructure.log in the workdir"
+            f"{counted(faults, 'infrastructure fault')} (timeouts, OOM kills, device or Docker "
+            f"errors) {'were' if faults > 1 else 'was'} retried and never counted as verdicts; "
+            "see infrastructure.log in the workdir"
         )
     earlier = set(_retirements(facts.earlier_infrastructure))
+    since = doc.invocations[-1].started_at if doc.invocations else None
     for entry in retired:  # "<device>: <reason>"
         device, _, reason = entry.partition(": ")
-        when = " by an earlier run of the session" if entry in earlier else ""
+        when = ""
+        if entry in earlier:
+            back = since is not None and any(
+                a.device is not None
+                and placement(a.device, a.node) == device
+                and a.started_at >= since
+                for a in doc.attempts
+            )
+            when = " by an earlier run of the session" + (
+                ", and was back in the pool for the latest run" if back else ""
+            )
         notes.append(f"device {device} was taken out of the pool{when}: {reason}")
     culprit = outcome.pypto.first_bad
     if culprit == doc.inputs.bad and not any(a.pypto_sha == culprit for a in doc.attempts):

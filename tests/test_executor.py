@@ -17,6 +17,7 @@ import docker
 import pytest
 
 from runner.devices import Passthrough
+from runner.errors import InfrastructureError
 from runner.execute import LABEL, OWNER_LABEL, Cancelled
 from runner.executor import (
     BuildJob,
@@ -271,15 +272,21 @@ def test_runs_share_the_device_slots_one_run_per_slot(
         assert report.result is not None and report.result.exit_code is not None
 
 
+@pytest.mark.parametrize("node", ["own", "shared"])
 def test_a_card_whose_device_node_is_gone_is_a_device_fault_of_that_card(
-    docker_client, base_image, settings, tmp_path
+    docker_client, base_image, settings, tmp_path, node
 ):
     """The engine cannot create a container with a device node that left the host: that card's
-    fault (it leaves the pool), not an engine error that stops the run."""
+    fault (it leaves the pool), not an engine error that stops the run. A node every card's
+    containers get (a control node, a --device-map of another card) is no card's: card 1 was
+    taken out for card 2's mapped node, and the message named card 1."""
     cache = WheelCache(tmp_path / "wheels")
     lib = tmp_path / "lib"
     write_lib(lib)
-    gone = Slot("1", Passthrough(devices=(f"{tmp_path}/davinci1:/dev/davinci1:rwm",)))
+    devices = (f"{tmp_path}/davinci1:/dev/davinci1:rwm",)
+    if node == "shared":
+        devices = ("/dev/null:/dev/davinci1:rwm", f"{tmp_path}/davinci2:/dev/davinci2:rwm")
+    gone = Slot("1", Passthrough(devices=devices))
     with LocalExecutor(docker_client, cache, [gone], build_jobs=1) as executor:
         wheel = executor.build(job("pypto", "1" * 40, pypto_source(1), settings, tmp_path)).result(
             timeout=600
@@ -287,13 +294,20 @@ def test_a_card_whose_device_node_is_gone_is_a_device_fault_of_that_card(
         run = executor.run(
             example_job(wheel, base_image, settings.base_image_id, lib, tmp_path / "run", "a2a3")
         )
-        with pytest.raises(DeviceFault) as raised:
+        with pytest.raises(InfrastructureError) as raised:
             run.result(timeout=600)
-    assert raised.value.slot is gone
-    assert str(raised.value).startswith("device 1: the Docker Engine failed running a container")
-    assert pickle.loads(pickle.dumps(raised.value)).slot.device == "1", "a Ray task raises it"
     mine = f"{OWNER_LABEL}={socket.gethostname()}:{os.getpid()}"
     assert not docker_client.containers.list(all=True, filters={"label": mine})
+    if node == "shared":
+        assert not isinstance(raised.value, DeviceFault)
+        assert str(raised.value).startswith(
+            f"device node {tmp_path}/davinci2, which every device's containers get, is not on "
+            "the host: the Docker Engine failed running a container"
+        ), raised.value
+        return
+    assert isinstance(raised.value, DeviceFault) and raised.value.slot is gone
+    assert str(raised.value).startswith("device 1: the Docker Engine failed running a container")
+    assert pickle.loads(pickle.dumps(raised.value)).slot.device == "1", "a Ray task raises it"
 
 
 def test_a_run_waiting_for_a_device_stops_when_the_session_is_cancelled(docker_client, tmp_path):

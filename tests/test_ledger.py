@@ -1073,6 +1073,8 @@ def test_a_card_an_earlier_run_took_out_is_reported_as_such(tmp_path) -> None:
             Invocation(started_at=second, wall_s=9),
         ],
     )
+    good = doc.inputs.good
+    back = make_attempt("001", good, device="0", started_at=second, finished_at=second)
 
     lines, earlier = infrastructure_faults(log, doc)
 
@@ -1087,6 +1089,19 @@ def test_a_card_an_earlier_run_took_out_is_reported_as_such(tmp_path) -> None:
     ), notes
     assert any(
         n.startswith("device 2 was taken out of the pool: the example run of def") for n in notes
+    ), notes
+    assert any(n.startswith("1 infrastructure fault (") and " was retried " in n for n in notes)
+    # Card 0 came back (the resume named it again) and ran: the note says so.
+    doc.attempts.append(back)
+    notes = build_json(
+        doc, outcome, ReportFacts(infrastructure=lines, earlier_infrastructure=earlier)
+    )["notes"]
+    assert any(
+        n.startswith(
+            "device 0 was taken out of the pool by an earlier run of the session, and was back "
+            "in the pool for the latest run: the example run of abc"
+        )
+        for n in notes
     ), notes
 
 
