@@ -510,6 +510,31 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
 
 
 @pytest.mark.docker
+def test_status_of_a_session_stopped_in_the_simpler_level_says_the_first_is_judged_with_it(
+    sample_factory, finished, tmp_path
+):
+    """Mid-way through the simpler level, the pypto level has no steps left, but its answer is
+    the joint chain's, still short of the threshold: `status` said "done"."""
+    sample = sample_factory(NEW_SESSION_SPEC)
+    workdir = tmp_path / "work"
+    assert finished(sample, to=workdir).result.returncode == 0
+    path = workdir / "ledger.json"
+    ledger = json.loads(path.read_text())
+    first = next(i for i, a in enumerate(ledger["attempts"]) if a["level"] == "simpler")
+    ledger["attempts"] = ledger["attempts"][: first + 1]  # stopped after its first test
+    path.write_text(json.dumps(ledger))
+
+    shown = cli("status", "--workdir", str(workdir))
+
+    assert shown.returncode == 0, shown.stderr
+    (pypto,) = [line for line in shown.stdout.splitlines() if line.startswith("pypto level:")]
+    assert pypto.endswith("judged with the simpler level from here"), shown.stdout
+    assert any(
+        line.startswith("simpler level:") and "left" in line for line in shown.stdout.splitlines()
+    ), shown.stdout
+
+
+@pytest.mark.docker
 def test_the_report_wall_time_is_the_sessions_and_shows_this_invocations_too(
     sample_factory, finished, tmp_path, shared_cache
 ):
