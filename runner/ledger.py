@@ -304,6 +304,8 @@ class Ledger:
         """Where `--new-session` moved the earlier session's ledger, if it did."""
         self._created = created  # this open wrote the file, into a workdir that had none
         self._invocation: float | None = None
+        self._invocation_at: datetime | None = None  # when it began, by the wall clock
+        self._invocation_kept = False  # its entry is in the document (see `record`)
 
     @classmethod
     def open(
@@ -402,7 +404,10 @@ class Ledger:
                 "every attempt needs a new run_id"
             )
         candidate = self._document.model_copy(
-            update={"attempts": [*self._document.attempts, attempt]}
+            update={
+                "attempts": [*self._document.attempts, attempt],
+                "invocations": self._invocations(),
+            }
         )
         try:
             text = _serialize(candidate)
@@ -414,6 +419,7 @@ class Ledger:
             ) from exc
         _atomic_write(self._path, text)
         self._document = checked
+        self._invocation_kept = self._invocation is not None
 
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
         return self._document.find(pypto_sha, simpler_sha)
@@ -437,6 +443,22 @@ class Ledger:
     def start_invocation(self, started: float) -> None:
         """Count this invocation from ``started`` (``time.monotonic()``) until it is finished."""
         self._invocation = started
+        self._invocation_at = datetime.now(timezone.utc) - timedelta(
+            seconds=time.monotonic() - started
+        )
+        self._invocation_kept = False
+
+    def _invocations(self) -> list[Invocation]:
+        """The session's invocations with this one's wall time so far: every recorded attempt
+        brings it up to date, so a run killed outright (SIGKILL, a lost machine) still counts
+        up to its last attempt in the session's wall time."""
+        invocations = list(self._document.invocations)
+        if self._invocation is None or self._invocation_at is None:
+            return invocations
+        if self._invocation_kept:
+            invocations.pop()
+        wall_s = round(time.monotonic() - self._invocation, 3)
+        return [*invocations, Invocation(started_at=self._invocation_at, wall_s=wall_s)]
 
     def abandon_invocation(self) -> None:
         """Forget this invocation: it stopped on bad input before it tested anything, so it
@@ -444,6 +466,7 @@ class Ledger:
         goes too: it would hold the workdir for the rejected inputs, and the corrected command
         would be told the workdir belongs to another session."""
         self._invocation = None
+        self._invocation_kept = False
         if self._created and not self._document.attempts:
             self._path.unlink(missing_ok=True)
 
@@ -458,16 +481,13 @@ class Ledger:
             return 0.0
         # The figure returned is the one recorded, so a first invocation's own wall time and
         # the session's (summed from the ledger) are the same number, not one rounding apart.
-        wall_s = round(time.monotonic() - self._invocation, 3)
+        invocations = self._invocations()
         self._invocation = None
-        started_at = datetime.now(timezone.utc) - timedelta(seconds=wall_s)
-        entry = Invocation(started_at=started_at, wall_s=wall_s)
-        candidate = self._document.model_copy(
-            update={"invocations": [*self._document.invocations, entry]}
-        )
+        self._invocation_kept = False
+        candidate = self._document.model_copy(update={"invocations": invocations})
         _atomic_write(self._path, _serialize(candidate))
         self._document = candidate
-        return wall_s
+        return invocations[-1].wall_s
 
     def supersede(self, run_ids: Sequence[str]) -> None:
         """Stop counting these attempts (they stay in the file): their pair is tested anew."""

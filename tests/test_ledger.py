@@ -903,6 +903,29 @@ def test_the_session_wall_time_sums_every_invocation_interrupted_ones_included(
     assert Ledger.read(ledger_path) == document
 
 
+def test_a_run_killed_outright_still_counts_up_to_its_last_attempt(
+    ledger_path: Path, tmp_path: Path
+) -> None:
+    """SIGKILL never reaches `close`: a resumed session's report gave only the resumed run's
+    time. Every recorded attempt keeps the running invocation's entry up to date."""
+    inputs = make_inputs(tmp_path)
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.start_invocation(time.monotonic() - 100.0)
+        ledger.finish_invocation()
+    with Ledger.open(ledger_path, inputs, tool_version="0.1.0") as ledger:
+        ledger.start_invocation(time.monotonic() - 30.0)
+        ledger.record(make_attempt("001", inputs.good))
+        ledger.record(make_attempt("002", inputs.bad, verdict=Verdict.BAD))
+        on_disk = Ledger.read(ledger_path)  # what a SIGKILL now would leave
+        assert len(on_disk.invocations) == 2, "one entry for the running invocation, kept"
+        assert 30.0 <= on_disk.invocations[-1].wall_s < 40.0
+        assert 130.0 <= on_disk.wall_s < 150.0
+        this = ledger.finish_invocation()
+    document = Ledger.read(ledger_path)
+    assert len(document.invocations) == 2 and document.invocations[-1].wall_s == this
+    assert document.invocations[-1].started_at == on_disk.invocations[-1].started_at
+
+
 def test_a_new_session_keeps_the_old_ledger_as_a_named_earlier_session(
     ledger_path: Path, tmp_path: Path
 ) -> None:
