@@ -580,12 +580,18 @@ class Session:
         def done(attempt: Attempt) -> None:
             self._fresh.add(attempt.run_id)
             self._saw(attempt)
-            subject = self.subject(attempt.pypto_sha, attempt.simpler_sha, attempt.level)
             left = labels.get((attempt.level, attempt.pypto_sha, attempt.simpler_sha))
+            shown = attempt
+            if attempt.level == "simpler" and attempt.simpler_sha == self.gitlink(
+                attempt.pypto_sha
+            ):
+                # The joint chain's run of a pypto commit with its own pointer: recorded at the
+                # stage that ran it (see `_project`), a run of level one's pair all the same.
+                shown = attempt.model_copy(update={"level": "pypto"})
             self.events.attempt_done(
-                judged(attempt, self.tolerance),
+                judged(shown, self.tolerance),
                 reused=False,
-                subject=subject,
+                subject=self.subject(shown.pypto_sha, shown.simpler_sha, shown.level),
                 check=left.pop(0) if left else "",
             )
 

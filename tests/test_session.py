@@ -2209,3 +2209,35 @@ def test_a_rethreshold_headline_says_an_end_fails_only_when_its_runs_do(level, s
     headline = _headline(outcome, ReportFacts())
     assert headline.startswith("Re-judged by max_abs_diff <= 0.0001: "), headline
     assert says in headline, headline
+
+
+class Lines(QuietEvents):
+    """The level and subject each run's line shows."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, tuple[str, str]] = {}  # by run id
+
+    def attempt_done(self, attempt: Attempt, reused: bool, subject: str, check: str = "") -> None:
+        self.lines[attempt.run_id] = (attempt.level, subject)
+
+
+def test_a_pypto_commit_the_joint_chain_runs_again_is_shown_as_a_pypto_run(sample_factory):
+    """A flaky example makes the chain over both levels re-test pypto commits with their own
+    pointers while it bisects the bump: their lines said `simpler` and gave the subject of the
+    pointer's simpler commit."""
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 5), (6, 6)), simpler_regression_at=3))
+    own = {sha: sample.gitlink(i) for i, sha in enumerate(sample.pypto_shas)}
+    history = History(sample.pypto)
+    shown = []
+    for seed in range(6):
+        events = Lines()
+        tester = SpecTester(sample, false_fail=0.3, false_pass=0.3, seed=seed)
+        bisect(sample, tester=tester, events=events)
+        shown += [
+            (events.lines[a.run_id], a.pypto_sha)
+            for a in tester.attempts
+            if a.level == "simpler" and a.simpler_sha == own[a.pypto_sha]
+        ]
+    assert shown, "no seed re-tested a pypto commit in the chain"
+    for (level, subject), pypto in shown:
+        assert level == "pypto" and subject == history.subject(pypto)
