@@ -207,8 +207,15 @@ def _interrupt_on_sigterm() -> None:
 
 
 @contextmanager
-def guarded(interrupted_hint: str = "") -> Iterator[None]:
-    """Map every failure to one line on stderr and the documented exit code."""
+def guarded(interrupted_hint: str = "", said: list[str] | None = None) -> Iterator[None]:
+    """Map every failure to one line on stderr and the documented exit code; `said` gets
+    that line (without "error: "), for a command that also answers in JSON."""
+
+    def tell(line: str, **options: Any) -> None:
+        ERR.print(line, **options)
+        if said is not None:
+            said.append(line.removeprefix("error: "))
+
     try:
         yield
     except typer.Exit:
@@ -216,7 +223,7 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
     except BisectError as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
-        ERR.print(f"error: {exc}")
+        tell(f"error: {exc}")
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         # Cleaned up and on the way out: another Ctrl-C must not turn exit 130 into a death by
@@ -225,16 +232,16 @@ def guarded(interrupted_hint: str = "") -> Iterator[None]:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if _PIPE["closed"]:  # stopped because the output's reader went away, or its disk filled
             raise typer.Exit(_PIPE["code"]) from None
-        ERR.print(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
+        tell(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
         raise typer.Exit(INTERRUPTED) from None
     except Exception as exc:
         if _DEBUG["on"]:
             traceback.print_exc()
         known = _storage_error(exc) or _engine_error(exc)
         if known is not None:
-            ERR.print(f"error: {known}", markup=False)
+            tell(f"error: {known}", markup=False)
             raise typer.Exit(known.exit_code) from None
-        ERR.print(
+        tell(
             f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"
         )
         raise typer.Exit(InfrastructureError.exit_code) from None
@@ -678,7 +685,9 @@ def run(
         "drift_check": drift_check,
     }
     hint = "nothing recorded is lost; rerun the same command to resume"
-    with guarded(hint):
+    said: list[str] = []
+    pending = {"json": json_out}  # stdout still owes a --json answer
+    with _json_error(pending, said), guarded(hint, said):
         flags["submodule_sources"] = _pairs(submodule_source, "--submodule-source", "PATH=DIR")
         flags["build_env"] = _pairs(build_env, "--build-env", "KEY=VALUE")
         flags["run_env"] = _pairs(run_env, "--run-env", "KEY=VALUE")
@@ -700,12 +709,25 @@ def run(
             except EndpointsDoNotReproduce as stop:
                 if json_out and stop.report is not None:  # CI reads stdout whatever the exit
                     OUT.print_json(data=strict_json(stop.report))
+                    pending["json"] = False  # answered: no error object after it
                 raise
     if json_out:
         OUT.print_json(data=strict_json(result.report))
     else:
         _print_summary(result.report, result.report_md)
     raise typer.Exit(result.outcome.exit_code)
+
+
+@contextmanager
+def _json_error(pending: dict[str, bool], said: list[str]) -> Iterator[None]:
+    """`run --json` that stops without a report still answers on stdout: the one line said on
+    stderr and the exit code, as {"error": ..., "exit_code": N}, for a job that parses it."""
+    try:
+        yield
+    except typer.Exit as stop:
+        if pending["json"] and stop.exit_code and said and not _PIPE["closed"]:
+            OUT.print_json(data={"error": said[-1], "exit_code": stop.exit_code})
+        raise
 
 
 def _threshold(report: dict) -> float:

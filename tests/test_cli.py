@@ -54,6 +54,16 @@ def test_a_directory_that_is_not_a_git_repository_is_refused(sample, tmp_path):
     assert_one_line_error(result, 2, "not a git repository")
 
 
+def test_run_json_that_stops_without_a_report_answers_with_the_error_on_stdout(sample, tmp_path):
+    """A job that parses `run --json` got an empty stdout when the run stopped on bad input or
+    an infrastructure fault; it gets the one line said on stderr and the exit code."""
+    result = cli(*args_with(sample, tmp_path, pypto=str(tmp_path)), "--json")
+
+    assert_one_line_error(result, 2, "not a git repository")
+    said = result.stderr.strip().removeprefix("error: ")
+    assert result.json() == {"error": said, "exit_code": 2}
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "fragment"),
     [
