@@ -845,16 +845,12 @@ def status(
     for level in data["levels"] if data["endpoint_failure"] is None else []:
         left, steps = level["remaining"], level["steps_left"]
         about = f"about {counted(steps, 'step')} left" if steps else "done"
-        if (
-            not steps
-            and level["likeliest"] is not None
-            and any(not other["done"] for other in data["levels"][1:])
-        ):
-            # The confidence search bisects the bump it found now, and every run of either
-            # level weighs on both: below the threshold, that is not the level done.
-            about = "judged with the simpler level from here"
         if level.get("likeliest") is not None:
             # The confidence search: a flaky record has no plain good/bad bounds to show.
+            if not steps and any(not other["done"] for other in data["levels"][1:]):
+                # It bisects the bump it found now, and every run of either level weighs on
+                # both: below the threshold, that is not the level done.
+                about = "judged with the simpler level from here"
             held = level["holding_99"]
             what = (
                 f"likeliest culprit {level['likeliest'][:12]} (its removal brought the regression)"

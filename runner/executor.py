@@ -612,7 +612,10 @@ def run_on_node(
         try:
             result = run_example(client, run, echo=echo, cancel=cancel)
         except InfrastructureError as exc:
-            inside = {d.split(":")[0]: (d.split(":") * 2)[1] for d in slot.passthrough.devices}
+            inside: dict[str, str] = {}  # each device's host node: its path in the container
+            for device in slot.passthrough.devices:  # "HOST[:CONTAINER[:PERMISSIONS]]"
+                host, _, rest = device.partition(":")
+                inside[host] = rest.partition(":")[0] or host
             gone = [host for host in inside if f'"{host}"' in str(exc) or f"{host}:" in str(exc)]
             cards = {f"/dev/davinci{card.strip()}" for card in slot.device.split(",")}
             own = {host for host, node in inside.items() if node in cards}

@@ -305,7 +305,6 @@ class Ledger:
         self._created = created  # this open wrote the file, into a workdir that had none
         self._invocation: float | None = None
         self._invocation_at: datetime | None = None  # when it began, by the wall clock
-        self._invocation_kept = False  # its entry is in the document (see `record`)
 
     @classmethod
     def open(
@@ -419,7 +418,6 @@ class Ledger:
             ) from exc
         _atomic_write(self._path, text)
         self._document = checked
-        self._invocation_kept = self._invocation is not None
 
     def find(self, pypto_sha: str, simpler_sha: str | None) -> Attempt | None:
         return self._document.find(pypto_sha, simpler_sha)
@@ -446,7 +444,6 @@ class Ledger:
         self._invocation_at = datetime.now(timezone.utc) - timedelta(
             seconds=time.monotonic() - started
         )
-        self._invocation_kept = False
 
     def _invocations(self) -> list[Invocation]:
         """The session's invocations with this one's wall time so far: every recorded attempt
@@ -455,8 +452,8 @@ class Ledger:
         invocations = list(self._document.invocations)
         if self._invocation is None or self._invocation_at is None:
             return invocations
-        if self._invocation_kept:
-            invocations.pop()
+        if invocations and invocations[-1].started_at == self._invocation_at:
+            invocations.pop()  # this one's entry as the last recorded attempt left it
         wall_s = round(time.monotonic() - self._invocation, 3)
         return [*invocations, Invocation(started_at=self._invocation_at, wall_s=wall_s)]
 
@@ -466,7 +463,6 @@ class Ledger:
         goes too: it would hold the workdir for the rejected inputs, and the corrected command
         would be told the workdir belongs to another session."""
         self._invocation = None
-        self._invocation_kept = False
         if self._created and not self._document.attempts:
             self._path.unlink(missing_ok=True)
 
@@ -483,7 +479,6 @@ class Ledger:
         # the session's (summed from the ledger) are the same number, not one rounding apart.
         invocations = self._invocations()
         self._invocation = None
-        self._invocation_kept = False
         candidate = self._document.model_copy(update={"invocations": invocations})
         _atomic_write(self._path, _serialize(candidate))
         self._document = candidate
