@@ -105,11 +105,13 @@ def passthrough(
     device_map: Sequence[str] = (),
     *,
     root: Path = Path("/"),
+    nodes: Path = Path("/"),
 ) -> Passthrough:
     """Decide the passthrough and check that the host has what it names.
 
-    `root` prefixes the driver files only (tests fake a host tree with it); device nodes are
-    always checked at their real paths, because Docker opens exactly those.
+    `root` prefixes the driver files (tests fake a host tree with it), `nodes` the cards' device
+    nodes in the check (tests fake them as links to /dev/null); containers get the real paths,
+    which Docker opens. A `--device-map` node is checked at its own path.
     """
     if mode not in DEVICE_MODES:
         raise BadInput(f"device mode {mode!r} is unknown; use one of {', '.join(DEVICE_MODES)}")
@@ -133,11 +135,34 @@ def passthrough(
             warnings=ignored,
         )
     if mode == "privileged":
+        # All of /dev reaches the container, but a card the host lacks fails the example's
+        # aclInit: found only after the first builds, as an infrastructure stop.
+        _card_nodes(cards, nodes)
         return _privileged(root, ignored)
-    return _explicit(cards, mapped, root)
+    return _explicit(cards, mapped, root, nodes)
 
 
-def _explicit(cards: tuple[int, ...], mapped: tuple[str, ...], root: Path) -> Passthrough:
+def _card_nodes(cards: tuple[int, ...], nodes: Path) -> tuple[str, ...]:
+    """The cards' device nodes and the driver's control nodes, each checked on the host."""
+    wanted = (*(f"/dev/davinci{card}" for card in cards), *CONTROL_DEVICES)
+    for node in wanted:
+        found = str(_on_host(nodes, node))
+        if not os.path.exists(found):
+            raise BadInput(
+                f"NPU device {node} is missing on this host; check --device, "
+                "or use --device-map HOST:CONTAINER"
+            )
+        if not _is_device(found):
+            raise BadInput(
+                f"{node} is not a device node on this host (a file or a directory); check "
+                "the NPU driver's install, or use --device-map HOST:CONTAINER"
+            )
+    return wanted
+
+
+def _explicit(
+    cards: tuple[int, ...], mapped: tuple[str, ...], root: Path, nodes: Path
+) -> Passthrough:
     if mapped:
         devices = mapped
         for device in mapped:
@@ -153,19 +178,7 @@ def _explicit(cards: tuple[int, ...], mapped: tuple[str, ...], root: Path) -> Pa
                     "directory); fix --device-map HOST:CONTAINER"
                 )
     else:
-        nodes = (*(f"/dev/davinci{card}" for card in cards), *CONTROL_DEVICES)
-        for node in nodes:
-            if not os.path.exists(node):
-                raise BadInput(
-                    f"NPU device {node} is missing on this host; check --device, "
-                    "or use --device-map HOST:CONTAINER"
-                )
-            if not _is_device(node):
-                raise BadInput(
-                    f"{node} is not a device node on this host (a file or a directory); check "
-                    "the NPU driver's install, or use --device-map HOST:CONTAINER"
-                )
-        devices = tuple(f"{node}:{node}:rwm" for node in nodes)
+        devices = tuple(f"{node}:{node}:rwm" for node in _card_nodes(cards, nodes))
     mounts = tuple(
         Mount(host=str(_on_host(root, path)), container=path)
         for path in DRIVER_PATHS

@@ -96,6 +96,15 @@ def test_ascend_runtime_mode_on_an_engine_without_that_runtime_is_bad_input(samp
     )
 
 
+@pytest.mark.skipif(os.path.exists("/dev/davinci0"), reason="this host has NPU card 0")
+def test_privileged_mode_without_the_card_is_bad_input_before_any_build(sample, tmp_path):
+    args = args_with(sample, tmp_path, platform="a2a3", device_mode="privileged")
+    assert_one_line_error(cli(*args), 2, "NPU device /dev/davinci0 is missing on this host")
+    assert not (tmp_path / "cache" / "wheels").exists() or not any(
+        (tmp_path / "cache" / "wheels").iterdir()
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [

@@ -35,6 +35,16 @@ def fake_host(root: Path, *paths: str) -> Path:
     return root
 
 
+def fake_nodes(root: Path, *cards: int) -> Path:
+    """A host /dev with the cards' and the driver's control nodes, as links to /dev/null (a
+    character device, as real nodes are)."""
+    for node in (*(f"/dev/davinci{card}" for card in cards), *CONTROL_DEVICES):
+        target = root / node.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to("/dev/null")
+    return root
+
+
 @pytest.mark.parametrize("platform", ["a2a3sim", "a5sim"])
 @pytest.mark.parametrize("mode", ["explicit", "privileged", "ascend-runtime"])
 def test_simulator_platforms_get_nothing_whatever_the_mode(platform, mode, tmp_path):
@@ -155,9 +165,9 @@ def test_an_unknown_mode_is_rejected(tmp_path):
 
 
 def test_privileged_mode_shares_dev_and_the_driver_with_a_warning(tmp_path):
-    host = fake_host(tmp_path, PRIVILEGED_DRIVER)
+    host = fake_host(tmp_path / "host", PRIVILEGED_DRIVER)
 
-    result = passthrough("privileged", "a2a3", ["0"], root=host)
+    result = passthrough("privileged", "a2a3", ["0"], root=host, nodes=fake_nodes(tmp_path, 0))
 
     assert result.privileged
     assert result.ipc_mode == "host"
@@ -171,11 +181,30 @@ def test_privileged_mode_shares_dev_and_the_driver_with_a_warning(tmp_path):
 
 
 def test_privileged_mode_without_a_driver_warns_and_ignores_a_device_map(tmp_path):
-    result = passthrough("privileged", "a5", ["0"], ["/dev/null:/dev/davinci0"], root=tmp_path)
+    nodes = fake_nodes(tmp_path / "nodes", 0)
+    result = passthrough(
+        "privileged", "a5", ["0"], ["/dev/null:/dev/davinci0"], root=tmp_path, nodes=nodes
+    )
 
     assert result.mounts == (Mount("/dev", "/dev", read_only=False),)
     assert any(f"{PRIVILEGED_DRIVER} is missing" in warning for warning in result.warnings)
     assert any("--device-map is ignored" in warning for warning in result.warnings)
+
+
+def test_privileged_mode_checks_the_cards_and_control_nodes_the_host_has(tmp_path):
+    """All of /dev reaches the container, so nothing failed before the example: a card the
+    host lacks was found after the first builds, when aclInit failed (exit 4, three tries)."""
+    host = fake_host(tmp_path / "host", PRIVILEGED_DRIVER)
+    nodes = fake_nodes(tmp_path / "nodes", 0, 1)
+
+    with pytest.raises(BadInput, match=r"^NPU device /dev/davinci3 is missing on this host"):
+        passthrough("privileged", "a2a3", ["0", "3"], root=host, nodes=nodes)
+    (nodes / "dev/hisi_hdc").unlink()
+    with pytest.raises(BadInput, match="NPU device /dev/hisi_hdc is missing"):
+        passthrough("privileged", "a2a3", ["1"], root=host, nodes=nodes)
+    (nodes / "dev/hisi_hdc").write_text("")
+    with pytest.raises(BadInput, match="/dev/hisi_hdc is not a device node"):
+        passthrough("privileged", "a2a3", ["1"], root=host, nodes=nodes)
 
 
 def test_ascend_runtime_mode_names_the_visible_devices():
