@@ -10,9 +10,10 @@ WHEELHOUSE := .cache/wheelhouse
 FLAKY ?= 0
 SEED ?= 0
 PYTEST_ARGS ?=
-# pytest-xdist workers: the Docker tests run one after another on one of them (they share the
-# engine), everything else on the other meanwhile. PYTEST_WORKERS=0 runs the suite in one process.
-PYTEST_WORKERS ?= 2
+# Two pytest processes side by side (tests/suite.py): the tests that use the Docker Engine or Ray
+# one after another in one (they share the engine), everything else in the other meanwhile.
+# PYTEST_SPLIT=0 runs the suite in one process.
+PYTEST_SPLIT ?= 1
 
 .PHONY: setup system-packages venv docker-engine test-base wheelhouse lint-tools test lint pytest demo bench fuzz clean
 
@@ -76,7 +77,7 @@ lint: lint-tools
 
 # pytest exits 5 when it collects nothing (a -k or -m that matches no test): report it, not fail.
 pytest: venv
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
+	PYTEST_SPLIT=$(PYTEST_SPLIT) $(BIN)/python -m tests.suite $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: nothing was checked" >&2; rc=0; fi; \
 	exit $$rc
 

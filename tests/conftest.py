@@ -6,7 +6,6 @@ examples, run with HYPOTHESIS_PROFILE=explore.
 """
 
 import os
-import signal
 
 from hypothesis import settings
 
@@ -20,10 +19,3 @@ pytest_plugins = [
     "tests.fixtures.cli",
     "tests.fixtures.ray",
 ]
-
-
-def pytest_configure() -> None:
-    """pytest-xdist's workers start with SIGINT ignored (Ctrl-C is the controller's to handle),
-    and so would every command they start: the tests of Ctrl-C need it as a terminal gives it."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -45,13 +45,12 @@ from runner.sources import SourceExporter
 from runner.wheels import BuildSettings, WheelCache
 from tests.fixtures.attempts import example_job
 from tests.fixtures.cli import BASE_IMAGE, Cli, cli, run_args
-from tests.fixtures.docker import ENGINE_GROUP
 from tests.fixtures.ray import LOOPBACK_ONLY
 from tests.fixtures.samples import SMALL
 
-# Every test here starts Ray or a cluster of it: they run on the Docker tests' worker, one at a
-# time, so two local clusters never compete for the machine's ports and cores.
-pytestmark = ENGINE_GROUP
+# Every test here starts Ray or a cluster of it: `make test` runs them in the Docker tests'
+# process, one at a time, so two local clusters never compete for the machine's ports and cores.
+pytestmark = pytest.mark.ray
 
 RUN_SECONDS = 2  # long enough to kill a worker while its example runs
 # A regression in a simpler commit inside a bump: both levels are bisected.
