@@ -609,6 +609,7 @@ def _stream_build(
             forcerm=True,
             pull=False,
             decode=True,
+            network_mode="none",  # everything comes from the context, as in every container
         )
         for chunk in stream:
             if "stream" in chunk:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -24,6 +25,7 @@ from runner.images import (
     TestImage,
     WheelInstallFailed,
     _cause,
+    build_image,
     ensure_test_image,
     find_test_image,
     image_tag,
@@ -657,3 +659,23 @@ def test_listing_images_goes_on_when_one_is_removed_while_it_is_listed() -> None
     client = SimpleNamespace(images=SimpleNamespace(list=listing))
     assert list_images(client, {"label": "x=1"}) == ["image"]  # type: ignore[arg-type]
     assert calls == [{"label": "x=1"}, {"label": "x=1"}]
+
+
+@pytest.mark.docker
+def test_an_image_the_tool_builds_has_no_network_in_its_steps(docker_client, base_image, tmp_path):
+    """Builder images install their tools from the build context: a step that reached the
+    network would make the image depend on the day it was built, as no build container may."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image}\n"
+        'RUN test "$(ls /sys/class/net)" = lo || { ls /sys/class/net; exit 1; }\n'
+        f"LABEL {LABEL}=1\n"
+    )
+    tag = f"bisect-precision-test-offline:{secrets.token_hex(4)}"
+    try:
+        image_id = build_image(
+            docker_client, tmp_path, tag=tag, log_path=tmp_path / "build.log", what="an image"
+        )
+        assert docker_client.images.get(tag).id == image_id
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)
