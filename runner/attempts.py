@@ -304,7 +304,9 @@ class DockerTester:
                             where = placement(exc.slot.device, exc.slot.node)
                             self._note_infrastructure("-", None, f"{RETIRED} {where}: {why}")
                     if len(failures[index]) >= self.infra_retries:
-                        fatal = InfrastructureError(_stopping(failures[index], request, self._ends))
+                        fatal = InfrastructureError(
+                            _stopping(failures[index], self._moving(request), self._ends)
+                        )
                         fatal.__cause__ = exc
                         continue
                     if self.echo:
@@ -362,6 +364,22 @@ class DockerTester:
         if not reads or pinned in (None, simpler):  # (None: no runtime submodule to move)
             return {}
         return {self.path: simpler}
+
+    def _moving(self, request: Request) -> tuple[str, str]:
+        """The commit a test's state stands for, which --skip takes, and how to name the state:
+        a simpler commit inside a bump, with pypto pinned at it; else the pypto commit."""
+        pypto, simpler = request.pypto, request.simpler
+        inside = request.level == "simpler" and simpler is not None
+        if inside and self.exporter.pinned(pypto, self.path) != simpler:
+            return simpler, self._state(request.level, pypto, simpler)
+        return pypto, pypto[:12]
+
+    @staticmethod
+    def _state(level: Level, pypto: str, simpler: str | None) -> str:
+        """A test's pair as the user knows it: inside a bump, the simpler commit too."""
+        if level in ("simpler", "split") and simpler is not None:
+            return f"{pypto[:12]} with simpler {simpler[:12]}"
+        return pypto[:12]
 
     def reads_runtime(self, pypto: str) -> None:
         """The session saw that `pypto`'s build reads the runtime's files, which its build files
@@ -930,8 +948,8 @@ class DockerTester:
                 fault = f"ran out of memory under its {self.run.memory} limit (--memory)"
             if fault is not None:
                 message = (
-                    f"the example run of {pypto[:12]} on device {report.slot.device} {fault}; "
-                    f"not a verdict (log: {result.log_path})"
+                    f"the example run of {self._state(record.level, pypto, simpler)} on device "
+                    f"{report.slot.device} {fault}; not a verdict (log: {result.log_path})"
                 )
                 if stopped(
                     result.exit_code, timed_out=result.timed_out, oom_killed=result.oom_killed
@@ -950,10 +968,16 @@ class DockerTester:
 
 
 def _stopping(
-    failures: Sequence[InfrastructureError], request: Request, ends: Collection[str | None] = ()
+    failures: Sequence[InfrastructureError],
+    moving: tuple[str, str],
+    ends: Collection[str | None] = (),
 ) -> str:
-    """Why the run stops after a test's infrastructure failures, and what lets it go on
-    (`ends`: the range's ends and the simpler commits they pin, which --skip cannot take)."""
+    """Why the run stops after a test's infrastructure failures, and what lets it go on.
+
+    `moving`: the commit the test's state stands for (`DockerTester._moving`) and how to name
+    the state; `ends`: the range's ends and the simpler commits they pin, which --skip cannot
+    take."""
+    commit, state = moving
     count, last = len(failures), failures[-1]
     if isinstance(last, BuildTimedOut) and all(isinstance(f, BuildTimedOut) for f in failures):
         hangs = (
@@ -973,8 +997,8 @@ def _stopping(
     if isinstance(last, ExampleStopped):
         around = (
             "move --good or --bad off it (it is an end of the range)"
-            if request.pypto in ends
-            else f"run again with --skip {request.pypto[:12]} to take it as untestable"
+            if commit in ends
+            else f"run again with --skip {commit[:12]} to take it as untestable"
         )
         what = (
             f"raise --timeout if the example is only slow here, or, if it hangs at this commit, "
@@ -984,7 +1008,7 @@ def _stopping(
             f"killed at this commit whatever it gets, {around}"
         )
     first = str(last).splitlines()[0]
-    return f"{in_a_row}, nothing recorded for {request.pypto[:12]}: {first}; {what}"
+    return f"{in_a_row}, nothing recorded for {state}: {first}; {what}"
 
 
 def _build_state(wheel: WheelResult) -> str:

@@ -1183,3 +1183,34 @@ def test_a_build_that_hangs_stops_with_what_to_do_and_skip_takes_it_out(
     assert again.returncode == 4, again.stderr
     superseded = json.loads((workdir / "ledger.json").read_text())["superseded"]
     assert taken["run_id"] in superseded
+
+
+def test_an_example_that_hangs_inside_a_bump_names_the_simpler_commit_to_skip(
+    sample_factory, shared_cache: Path, tmp_path: Path
+) -> None:
+    """A state inside a bump is simpler's commit with pypto pinned at the bump: the stop named
+    the bump and advised `--skip` of it, which took every simpler state out with it (an answer
+    already found became a range, exit 1)."""
+    # simpler r1 -> r5 at pypto 4, r2 regressed; the simpler level tests r3 first.
+    sample = sample_factory(SampleSpec(**SMALL, bumps=((4, 5),), simpler_regression_at=2))
+    hangs = sample.simpler_shas[3]
+    workdir = tmp_path / "work"
+    args = run_args(
+        sample,
+        workdir,
+        shared_cache,
+        *("--run-env", "SAMPLE_HANG_AT_SIMPLER=3", "--timeout", "10", "--infra-retries", "1"),
+    )
+
+    stopped = cli(*args)
+
+    assert stopped.returncode == 4, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    pair = f"{sample.pypto_shas[4][:12]} with simpler {hangs[:12]}"
+    assert f"nothing recorded for {pair}: the example run of {pair} on device 0 timed" in last
+    assert last.endswith(f"run again with --skip {hangs[:12]} to take it as untestable"), last
+
+    resumed = cli(*args, "--skip", hangs[:12], "--json")
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.json()["simpler"]["culprit"] == sample.simpler_shas[2]

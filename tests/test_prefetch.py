@@ -238,7 +238,7 @@ def test_a_stop_after_timeouts_says_what_lets_the_run_go_on(at_an_end: bool) -> 
         ([run], "raise --timeout if "),
         ([killed], "give the example more memory (--memory"),
     ):
-        said = _stopping(failures, Request("pypto", pypto, simpler), ends)
+        said = _stopping(failures, (pypto, pypto[:12]), ends)
         assert raise_ in said, said
         if at_an_end:
             assert said.endswith("move --good or --bad off it (it is an end of the range)"), said

@@ -497,6 +497,14 @@ def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
             return None
 
 
+        def simpler_revision():
+            try:
+                import simpler
+            except ImportError:  # (a pypto from before the runtime)
+                return None
+            return getattr(simpler, "REVISION", None)
+
+
         def host_drifted():
             """SAMPLE_HOST_STATE names a host file (mounted, e.g. under --ptoas-root); once it says
             "drifted" every comparison fails, as goldens do when the host's BLAS changes."""
@@ -544,6 +552,11 @@ def write_lib(root: Path, *, example_seconds: float = 0.0) -> None:
             # that an example goes on after, say).
             if os.environ.get("SAMPLE_SAYS_FIRST"):
                 print(os.environ["SAMPLE_SAYS_FIRST"], flush=True)
+            # SAMPLE_HANG_AT_SIMPLER: simpler revisions (comma-separated) with which the example
+            # never ends (a state inside a bump that --timeout stops).
+            hang = os.environ.get("SAMPLE_HANG_AT_SIMPLER")
+            if hang and simpler_revision() in {int(n) for n in hang.split(",")}:
+                time.sleep(3600)
             # SAMPLE_RUN_SECONDS: how long the example computes (a run a test can interrupt).
             time.sleep(float(os.environ.get("SAMPLE_RUN_SECONDS") or 0))
             # SAMPLE_HOLD_MIB: memory the example holds while it computes (an OOM kill a test can
