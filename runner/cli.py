@@ -947,7 +947,11 @@ def _status_data(state: Any, running: bool = False) -> dict:
     else:
         text = f"finished: source {outcome.source}"
         if outcome.exit_code == 1 and outcome.source != "inconclusive":
-            text += f", no single {outcome.source} commit (inconclusive: exit 1)"
+            # Which level is left open: simpler's, or pypto's bump that brought a simpler culprit.
+            open_level = outcome.source
+            if outcome.source == "simpler" and outcome.simpler_culprit is not None:
+                open_level = "pypto"
+            text += f", no single {open_level} commit (inconclusive: exit 1)"
     attempts = state.document.attempts
     return {
         "state": text,

@@ -1422,6 +1422,12 @@ def test_a_bump_whose_pointer_no_source_holds_stays_a_candidate_for_the_simpler_
     assert [outcome.pypto.candidates[i] for i in outcome.pypto.inconclusive] == added[1:]
     assert outcome.exit_code == 1
     assert any(f"pins simpler {gone[:12]}, which no source given holds" in n for n in outcome.notes)
+    # `status` says which level is open: pypto's (it said simpler's, whose culprit is named).
+    done = SimpleNamespace(attempts=[])
+    status = _status_data(SimpleNamespace(outcome=outcome, endpoint_failure=None, document=done))
+    assert status["state"] == (
+        "finished: source simpler, no single pypto commit (inconclusive: exit 1)"
+    )
 
 
 def simpler_with_a_merge(sample: Sample, tmp_path: Path) -> tuple[Path, dict[str, str]]:
