@@ -70,7 +70,14 @@ def find_recorded(
                 a for a in document.attempts if a.pypto_sha == latest.pypto_sha and a is not latest
             ]
             if by_sha and others and note is not None:
-                which = "the latest" if len(named) > 1 else "its own (the pypto level's verdict)"
+                # A SHA names its pypto-level runs first (see `named`): runs of the other levels
+                # may come after the one taken.
+                if latest.level != "pypto" or len(named) == len(others) + 1:
+                    which = "the latest"
+                elif len(named) > 1:
+                    which = "the latest of its own (the pypto level's verdicts)"
+                else:
+                    which = "its own (the pypto level's verdict)"
                 listed = ", ".join(a.run_id for a in others[:5]) + (
                     ", …" if len(others) > 5 else ""
                 )

@@ -811,6 +811,16 @@ def test_a_sha_with_several_attempts_says_which_one_export_takes(tmp_path):
         "pypto cd3400000000 has 3 recorded attempts; taking its own (the pypto level's verdict), "
         "s1 (name another by its run id: s2, s3)"
     )
+    # Two of its own, then runs inside a bump: the latest of its own, not of all (trial E saw
+    # "taking the latest" for a run older than the simpler level's).
+    with Ledger.open(workdir / "ledger.json", make_inputs(tmp_path), tool_version="0.1.0") as led:
+        led.record(recorded("s4", pypto=anchor, verdict="skip", reason="build failed"))
+        led.record(recorded("s5", pypto=anchor, simpler="3" * 40, level="simpler"))
+    result = cli("export", "cd34", "--to", str(tmp_path / "b"), "--workdir", str(workdir))
+    assert result.stderr.strip().splitlines()[0] == (
+        "pypto cd3400000000 has 5 recorded attempts; taking the latest of its own (the pypto "
+        "level's verdicts), s4 (name another by its run id: s1, s2, s3, s5)"
+    )
 
 
 def test_a_commit_skip_took_as_untestable_has_nothing_to_reproduce(tmp_path):
