@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -290,8 +291,9 @@ class SourceExporter:
     def reads_submodule(self, commit: str, path: str) -> bool:
         """Whether the build of `commit` may read the submodule at `path`: a build file names
         it as a path from the project's root (`${CMAKE_SOURCE_DIR}/runtime/include`,
-        `add_subdirectory(runtime)`, `"runtime/x.h"` in setup.py) or a C/C++ source includes a
-        file from it. Such a build compiles the submodule's files into the wheel."""
+        `add_subdirectory(runtime)`, `"runtime/x.h"` in setup.py), a C/C++ source includes a
+        file from it, or a tracked symlink points into it (`pypto/_rt.py ->
+        ../runtime/rt/__init__.py`). Such a build puts the submodule's files into the wheel."""
         sha = self._resolve_superproject_commit(commit)
         cached = self._reads.get((sha, path))
         if cached is not None:
@@ -312,8 +314,34 @@ class SourceExporter:
             if proc.returncode == 0:
                 found = True
                 break
+        found = found or self._links_into(sha, _norm(path))
         self._reads[(sha, path)] = found
         return found
+
+    def _links_into(self, sha: str, path: str) -> bool:
+        """Whether a symlink that `sha` tracks outside `path` points into `path` (relative
+        targets only: an absolute one names the build machine's files, not the checkout's)."""
+        listed = checked(self._mirror_git(self._top, "ls-tree", "-r", "-z", sha), f"listing {sha}")
+        links = [
+            (meta.split()[2], name.decode(errors="surrogateescape"))
+            for meta, _, name in (entry.partition(b"\t") for entry in listed.split(b"\0"))
+            if meta.startswith(b"120000 ")
+        ]
+        links = [(oid, name) for oid, name in links if not _within(name, path)]
+        if not links:
+            return False
+        asked = b"".join(oid + b"\n" for oid, _ in links)
+        proc = self._mirror_git(self._top, "cat-file", "--batch", stdin=asked)
+        out = checked(proc, f"reading the symlinks of {sha[:12]}")
+        for _, name in links:  # each answer: "<oid> blob <size>\n<target>\n"
+            header, _, out = out.partition(b"\n")
+            size = int(header.split()[2])
+            target, out = out[:size].decode(errors="surrogateescape"), out[size + 1 :]
+            if target.startswith("/"):
+                continue
+            if _within(posixpath.normpath(posixpath.join(posixpath.dirname(name), target)), path):
+                return True
+        return False
 
     def changed(self, first: str, last: str, filename: str) -> list[str]:
         """First-parent commits in first..last that change `filename` (newest first)."""
@@ -867,6 +895,11 @@ def _beneath(path: str, parents: Collection[str]) -> bool:
 
 def _norm(path: str) -> str:
     return path.strip().strip("/")
+
+
+def _within(name: str, path: str) -> bool:
+    """Whether repository path `name` is `path` or lies below it."""
+    return name == path or name.startswith(path + "/")
 
 
 def _quote(name: str) -> str:

@@ -365,11 +365,36 @@ def test_every_unfetched_submodule_pin_is_named_in_one_error(
 def test_a_build_reads_the_runtime_when_its_build_files_or_includes_name_it(
     sample: Sample, tmp_path: Path, path: str, text: str, reads: bool
 ) -> None:
+    _reads_after(sample, tmp_path, path, reads, lambda target: target.write_text(text))
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "reads"),
+    [
+        ("pypto/_rt.py", "../runtime/simpler/__init__.py", True),
+        ("include/rt", "../runtime", True),
+        ("pypto/deep/abi.h", "../../runtime/include/abi.h", True),
+        # a link that passes through the runtime's name but not into it, and an absolute one
+        ("pypto/_own.py", "../runtime_helpers/own.py", False),
+        ("pypto/_sys.py", "/opt/runtime/abi.py", False),
+        ("pypto/_same.py", "other.py", False),
+    ],
+)
+def test_a_build_reads_the_runtime_through_a_tracked_symlink_into_it(
+    sample: Sample, tmp_path: Path, path: str, target: str, reads: bool
+) -> None:
+    """A bump that also adds a link into the runtime: its pypto wheel carries the runtime's file,
+    so its code half (with the old simpler) was built with the new simpler's file and named
+    pypto's code as the culprit (trial E)."""
+    _reads_after(sample, tmp_path, path, reads, lambda link: link.symlink_to(target))
+
+
+def _reads_after(sample: Sample, tmp_path: Path, path: str, reads: bool, make) -> None:
     checkout = tmp_path / "checkout"
     shutil.copytree(sample.pypto, checkout, symlinks=True)
     target = checkout / path
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    make(target)
     git(checkout, "add", path)
     git(checkout, "commit", "-q", "-m", "build change")
     exporter = SourceExporter(checkout, tmp_path / "cache")
