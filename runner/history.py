@@ -305,12 +305,18 @@ class History:
         return one_line(self._run("log", "-1", "--format=%s", commit, "--", rev=commit))
 
     def subjects(self, commits: Collection[str]) -> dict[str, str]:
-        """The subject line of each commit, in one git call (unknown commits are left out)."""
+        """The subject line of each commit, in one git call (unknown commits are left out: a
+        pin no source holds made the whole call fail, and a report's table lost every subject)."""
         if not commits:
             return {}
         try:
             shown = self._git.output(
-                "log", "--no-walk=unsorted", "--format=%H%x00%s", *sorted(commits), "--"
+                "log",
+                "--no-walk=unsorted",
+                "--ignore-missing",
+                "--format=%H%x00%s",
+                *sorted(commits),
+                "--",
             )
         except GitFailed:
             return {}

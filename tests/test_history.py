@@ -94,6 +94,16 @@ def test_revisions_resolve_to_full_shas_however_they_are_named(sample, history):
     assert history.resolve("HEAD~2") == sample.pypto_shas[-3]
 
 
+def test_subjects_leave_out_a_commit_the_repository_lacks_and_keep_the_rest(sample, history):
+    known = sample.pypto_shas[:3]
+    gone = "66a3337523" + "0" * 30  # a pin force-pushed away
+
+    subjects = history.subjects([*known, gone])
+
+    assert set(subjects) == set(known)
+    assert all(subjects.values())
+
+
 @pytest.mark.parametrize("rev", ["no-such-branch", "deadbeef", "HEAD~99", "--all"])
 def test_an_unknown_revision_is_a_one_line_error_naming_it(history, rev):
     with pytest.raises(BadInput) as caught:
