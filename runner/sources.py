@@ -616,9 +616,17 @@ class SourceExporter:
                 f"pass --submodule-source {repo.display}=DIR with a clone that has it, or "
                 f"--omit-submodule {repo.display} if the build does not need it"
             )
+        # `git clone --shallow-submodules` (or a depth-limited `submodule update`) cuts the
+        # submodule's history off: the fix is to deepen it, not to find another clone.
+        shallow = any((git_dir / "shallow").is_file() for git_dir in repo.git_dirs)
+        fetch = (
+            f"it is a shallow clone: `git -C {repo.display} fetch --unshallow` completes it, or "
+            if shallow
+            else "fetch it there, "
+        )
         return SourceUnavailable(
             f"source unavailable: submodule {repo.display} commit {sha[:12]} is not in the local "
-            f"checkout ({repo.modules_hint}); fetch it there, {how}",
+            f"checkout ({repo.modules_hint}); {fetch}{how}",
             submodule=repo.display,
         )
 

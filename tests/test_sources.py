@@ -305,6 +305,24 @@ def test_unfetched_submodule_pin_is_source_unavailable_and_leaves_no_dest(
     assert parent.submodules[RUNTIME_PATH] == sample.gitlink(len(sample.pypto_shas) - 1)
 
 
+def test_a_pin_a_shallow_submodule_lacks_says_the_clone_is_shallow(
+    sample: Sample, tmp_path: Path
+) -> None:
+    """`git clone --shallow-submodules` cuts the runtime's history off: the message said to
+    fetch the commit or find another clone, not that the clone is shallow (trial E)."""
+    checkout, unfetched = make_checkout_with_unfetched_runtime_pin(sample, tmp_path)
+    modules = checkout / ".git" / "modules" / "simpler"
+    (modules / "shallow").write_text(sample.gitlink(len(sample.pypto_shas) - 1) + "\n")
+    exporter = SourceExporter(checkout, tmp_path / "cache")
+
+    with pytest.raises(SourceUnavailable) as caught:
+        exporter.export("HEAD", tmp_path / "out")
+
+    message = str(caught.value)
+    assert unfetched[:12] in message
+    assert "it is a shallow clone: `git -C runtime fetch --unshallow` completes it" in message
+
+
 def test_every_unfetched_submodule_pin_is_named_in_one_error(
     sample: Sample, tmp_path: Path
 ) -> None:
