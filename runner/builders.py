@@ -37,7 +37,7 @@ from types import MappingProxyType
 import docker
 import docker.errors
 from docker.models.images import Image
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -1072,11 +1072,24 @@ class Provisioner:
             wheels_dir,
             names,
         )
-        image_id = find_builder(self.client, key)
-        built = False
-        if image_id is None:
-            image_id = self._build(key, wheels_dir, names, resolution)
-            built = True
+        # Another run sharing the cache may be making the same builder: one image, not two.
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(locks / f"{key[:24]}.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if self.echo:
+                self.echo(f"waiting for another run making the builder image for {where}")
+            lock.acquire()
+        try:
+            image_id = find_builder(self.client, key)
+            built = False
+            if image_id is None:
+                image_id = self._build(key, wheels_dir, names, resolution)
+                built = True
+        finally:
+            lock.release()
         bootstrap = None
         if not self.traits.has_pip:
             bootstrap = next((wheels_dir / n for n in names if n.startswith("pip-")), None)

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from pathlib import Path
 
@@ -743,6 +744,56 @@ def test_a_builder_removed_from_the_engine_is_made_again(
         for image_id in [*made, base_id]:
             with contextlib.suppress(docker.errors.NotFound):
                 docker_client.images.remove(image_id, force=True)
+
+
+@pytest.mark.docker
+def test_two_runs_sharing_a_cache_make_a_builder_image_once(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Two runs started together on a cold shared cache each built every builder image (trial
+    F): two images of one tool set, one of them untagged, and ledgers naming a builder that did
+    not build their wheels. The second now waits for the first's image and takes it."""
+    created = docker_client.api.create_container(base_image, command=["true"])
+    try:  # a base of its own, so the builder is this test's alone
+        base_id = docker_client.api.commit(
+            created["Id"],
+            repository="bisect-precision-test/shared-builder-base",
+            tag=hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12],
+            conf={"Labels": {"bisect-precision-test.shared": "1"}},
+        )["Id"]
+    finally:
+        docker_client.api.remove_container(created["Id"])
+    said: list[str] = []
+    runs = [
+        Provisioner(
+            docker_client,
+            base_image_id=base_id,
+            cache_root=tmp_path,
+            sources=PackageSources(wheelhouse=wheelhouse),
+            echo=said.append,
+        )
+        for _ in range(2)
+    ]
+    pyproject = '[build-system]\nrequires = ["setuptools"]\n'
+    resolution = runs[0].resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+    runs[0].download(resolution, "x")  # both start at the image, where the race was
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            builders = list(pool.map(lambda run: run.builder(resolution, "pypto aaaa"), runs))
+
+        assert len({b.image_id for b in builders}) == 1
+        assert sorted(b.built for b in builders) == [False, True]
+        made = docker_client.images.list(filters={"label": f"{LABEL}.base-image-id={base_id}"})
+        assert [image.id for image in made] == [builders[0].image_id]
+        assert "waiting for another run making the builder image for pypto aaaa" in said
+    finally:
+        for image in docker_client.images.list(
+            filters={"label": f"{LABEL}.base-image-id={base_id}"}
+        ):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.images.remove(image.id, force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.images.remove(base_id, force=True)
 
 
 class _NoListing:
