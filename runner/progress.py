@@ -68,7 +68,9 @@ class ConsoleProgress:
         self.live.stop()
 
     def _print(self, line: str | Text, highlight: bool | None = None) -> None:
-        if self.quiet:
+        # Once the progress is over (the run ended or was interrupted), a build still finishing
+        # in a thread must not print below the command's last line.
+        if self.quiet or self._stop.is_set():
             return
         self.printed = time.monotonic()
         self.console.print(line, highlight=highlight)
@@ -142,6 +144,8 @@ class ConsoleProgress:
         self._print(escape(text))
 
     def warn(self, text: str) -> None:
+        if self._stop.is_set():
+            return
         self.printed = time.monotonic()
         self.console.print(Text(f"warning: {text}", style="yellow"), highlight=False)
 

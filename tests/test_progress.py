@@ -37,6 +37,19 @@ def test_a_silent_log_gets_the_status_while_a_long_phase_lasts() -> None:
     assert len(out.getvalue()) == settled, "nothing is printed once the progress is closed"
 
 
+def test_a_thread_still_finishing_after_the_progress_closed_prints_nothing() -> None:
+    """Ctrl-C during a builder image's build: "interrupted" was followed by the build's own
+    line from its thread ("building a builder image ..."), below the command's last word."""
+    console, out = _console(terminal=False)
+    with ConsoleProgress(console, heartbeat=0) as progress:
+        progress.note("building wheels")
+    progress.note("building a builder image with setuptools==80.9.0")
+    progress.warn("a late warning")
+    progress.echo("a late log line")
+
+    assert out.getvalue() == "building wheels\n"
+
+
 def test_before_its_first_step_a_level_shows_no_step_and_no_empty_commit() -> None:
     console, out = _console(terminal=False)
     with ConsoleProgress(console, heartbeat=0.2) as progress:
