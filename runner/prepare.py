@@ -12,6 +12,7 @@ import hashlib
 import os
 import posixpath
 import re
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -480,8 +481,29 @@ def prepare(settings: Settings) -> Prepared:
             *_unrelated_clones(history, (good, bad), extra),
             *_unused_settings(settings),
             *_skips_outside(settings, history, skip, commits),
+            *_low_on_space(cache_root, settings.given_as("cache_dir")),
         ],
     )
+
+
+# Below this, a cache cannot keep a real pypto's wheel (115 MB) and its ccache objects: builds
+# still work, but every one compiles from scratch and ccache's figures come out incomplete.
+LOW_CACHE_SPACE = 1 << 30
+
+
+def _low_on_space(cache_root: Path, given_as: str) -> list[str]:
+    """A warning when the cache's disk is nearly full: ccache fails there without a word."""
+    try:
+        usage = shutil.disk_usage(cache_root)
+    except OSError:
+        return []
+    if usage.free >= LOW_CACHE_SPACE:
+        return []
+    return [
+        f"the disk of the cache ({cache_root}) has {usage.free >> 20} MiB free: ccache and the "
+        "wheel cache cannot keep what builds make there, so builds compile from scratch and "
+        f"the ccache hit rates come out wrong; free space or point {given_as} at a larger disk"
+    ]
 
 
 def _skipped(

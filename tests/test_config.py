@@ -589,3 +589,22 @@ def test_a_card_number_is_normalised_as_the_host_check_reads_it():
     device fault (exit 4). The number is the card's, whatever zeros lead it."""
     assert load_settings({"device": "01"}).device == "1"
     assert load_settings({"device": " 00, 2 "}).device == "0,2"
+
+
+def test_a_cache_on_a_nearly_full_disk_is_warned_about_before_the_first_build(
+    tmp_path, monkeypatch
+):
+    """ccache fails on a full disk without a word: every build compiled from scratch, and the
+    report's ccache hit rate counted only the few lookups it could log (trial F: 4 of 43)."""
+    import shutil
+    from collections import namedtuple
+
+    from runner.prepare import LOW_CACHE_SPACE, _low_on_space
+
+    if shutil.disk_usage(tmp_path).free >= LOW_CACHE_SPACE:  # this machine's own disk
+        assert _low_on_space(tmp_path, "--cache-dir") == []
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(30 << 20, 20 << 20, 10 << 20))
+    [said] = _low_on_space(tmp_path, "--cache-dir")
+    assert said.startswith(f"the disk of the cache ({tmp_path}) has 10 MiB free: ccache")
+    assert said.endswith("point --cache-dir at a larger disk")
