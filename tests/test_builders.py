@@ -700,22 +700,29 @@ def test_markers_are_judged_for_the_images_python_not_the_hosts(wheelhouse: Path
     assert pins("3.12") == ("ninja==1.13.2",)
 
 
+def _base_of_its_own(
+    client: docker.DockerClient, base_image: str, tmp_path: Path, purpose: str
+) -> str:
+    """A copy of the base with an id of its own, so the builders made on it are this test's
+    alone (builders are keyed by base). Tagged: removing a builder would take an untagged parent
+    with it."""
+    created = client.api.create_container(base_image, command=["true"])
+    try:
+        return client.api.commit(
+            created["Id"],
+            repository=f"bisect-precision-test/{purpose}-base",
+            tag=hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12],
+            conf={"Labels": {f"bisect-precision-test.{purpose}": "1"}},
+        )["Id"]
+    finally:
+        client.api.remove_container(created["Id"])
+
+
 @pytest.mark.docker
 def test_a_builder_removed_from_the_engine_is_made_again(
     docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    # A base of its own, so the builder is this test's alone (builders are keyed by base).
-    created = docker_client.api.create_container(base_image, command=["true"])
-    try:
-        # Tagged: removing the builder would take an untagged parent with it.
-        base_id = docker_client.api.commit(
-            created["Id"],
-            repository="bisect-precision-test/prune-base",
-            tag=hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12],
-            conf={"Labels": {"bisect-precision-test.prune": "1"}},
-        )["Id"]
-    finally:
-        docker_client.api.remove_container(created["Id"])
+    base_id = _base_of_its_own(docker_client, base_image, tmp_path, "prune")
     provisioner = Provisioner(
         docker_client,
         base_image_id=base_id,
@@ -753,16 +760,7 @@ def test_two_runs_sharing_a_cache_make_a_builder_image_once(
     """Two runs started together on a cold shared cache each built every builder image (trial
     F): two images of one tool set, one of them untagged, and ledgers naming a builder that did
     not build their wheels. The second now waits for the first's image and takes it."""
-    created = docker_client.api.create_container(base_image, command=["true"])
-    try:  # a base of its own, so the builder is this test's alone
-        base_id = docker_client.api.commit(
-            created["Id"],
-            repository="bisect-precision-test/shared-builder-base",
-            tag=hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12],
-            conf={"Labels": {"bisect-precision-test.shared": "1"}},
-        )["Id"]
-    finally:
-        docker_client.api.remove_container(created["Id"])
+    base_id = _base_of_its_own(docker_client, base_image, tmp_path, "shared")
     said: list[str] = []
     runs = [
         Provisioner(
