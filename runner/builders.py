@@ -37,7 +37,7 @@ from types import MappingProxyType
 import docker
 import docker.errors
 from docker.models.images import Image
-from filelock import FileLock, Timeout
+from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -62,7 +62,7 @@ from runner.images import (
     render_template,
     tagged_image,
 )
-from runner.wheels import ran_out_of_space, write_json_atomic
+from runner.wheels import holding, ran_out_of_space, write_json_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -1076,20 +1076,13 @@ class Provisioner:
         locks = self.root / "locks"
         locks.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(locks / f"{key[:24]}.lock"))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if self.echo:
-                self.echo(f"waiting for another run making the builder image for {where}")
-            lock.acquire()
-        try:
+        waiting = f"waiting for another run making the builder image for {where}"
+        with holding(lock, waiting, self.echo):
             image_id = find_builder(self.client, key)
             built = False
             if image_id is None:
                 image_id = self._build(key, wheels_dir, names, resolution)
                 built = True
-        finally:
-            lock.release()
         bootstrap = None
         if not self.traits.has_pip:
             bootstrap = next((wheels_dir / n for n in names if n.startswith("pip-")), None)

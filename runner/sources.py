@@ -332,11 +332,9 @@ class SourceExporter:
             return False
         asked = b"".join(oid + b"\n" for oid, _ in links)
         proc = self._mirror_git(self._top, "cat-file", "--batch", stdin=asked)
-        out = checked(proc, f"reading the symlinks of {sha[:12]}")
-        for _, name in links:  # each answer: "<oid> blob <size>\n<target>\n"
-            header, _, out = out.partition(b"\n")
-            size = int(header.split()[2])
-            target, out = out[:size].decode(errors="surrogateescape"), out[size + 1 :]
+        targets = _batch_objects(checked(proc, f"reading the symlinks of {sha[:12]}"), len(links))
+        for (_, name), found in zip(links, targets, strict=True):
+            target = found[1].decode(errors="surrogateescape") if found is not None else "/"
             if target.startswith("/"):
                 continue
             if _within(posixpath.normpath(posixpath.join(posixpath.dirname(name), target)), path):
@@ -562,12 +560,8 @@ class SourceExporter:
         the commit at all. The mirror lists the commits whose parents none of its sources has,
         so a shallow pin still exports, while walking the history past it shows it as cut.
         """
-        listed: set[str] = set()
-        for git_dir in repo.git_dirs:
-            shallow = objects_dir(git_dir).parent / "shallow"
-            with contextlib.suppress(OSError):
-                listed.update(line.strip() for line in shallow.read_text().splitlines())
-        cut = sorted(sha for sha in listed if sha and self._parents_missing(repo, sha))
+        listed = _shallow_cuts(repo)
+        cut = sorted(sha for sha in listed if self._parents_missing(repo, sha))
         target = repo.mirror / "shallow"
         if not cut:
             target.unlink(missing_ok=True)
@@ -618,10 +612,9 @@ class SourceExporter:
             )
         # `git clone --shallow-submodules` (or a depth-limited `submodule update`) cuts the
         # submodule's history off: the fix is to deepen it, not to find another clone.
-        shallow = any((git_dir / "shallow").is_file() for git_dir in repo.git_dirs)
         fetch = (
             f"it is a shallow clone: `git -C {repo.display} fetch --unshallow` completes it, or "
-            if shallow
+            if _shallow_cuts(repo)
             else "fetch it there, "
         )
         return SourceUnavailable(
@@ -816,14 +809,14 @@ class SourceExporter:
         while True:
             entries = self._gitmodules(repo, sha)
             match = max(
-                (p for p in entries if remaining == p or remaining.startswith(p + "/")),
+                (p for p in entries if _within(remaining, p)),
                 key=len,
                 default=None,
             )
             if match is None:  # a gitlink .gitmodules does not name (git itself warns, no more)
                 linked = [p for p, _ in self._listed(repo, sha)]
                 match = max(
-                    (p for p in linked if remaining == p or remaining.startswith(p + "/")),
+                    (p for p in linked if _within(remaining, p)),
                     key=len,
                     default=None,
                 )
@@ -869,7 +862,7 @@ class SourceExporter:
         proc = self._mirror_git(self._top, "rev-list", head, "--", ".gitmodules")
         for candidate in [head, *proc.stdout.decode().split()]:
             entries = self._gitmodules(self._top, candidate)
-            if any(path == p or path.startswith(p + "/") for p in entries):
+            if any(_within(path, p) for p in entries):
                 found = candidate
                 break
         self._default_at[path] = found
@@ -908,6 +901,18 @@ def _norm(path: str) -> str:
 def _within(name: str, path: str) -> bool:
     """Whether repository path `name` is `path` or lies below it."""
     return name == path or name.startswith(path + "/")
+
+
+def _shallow_cuts(repo: _Repo) -> set[str]:
+    """The commits where the user's shallow clones of `repo` cut its history off (their
+    `shallow` files, in the common dir of a linked worktree)."""
+    listed: set[str] = set()
+    for git_dir in repo.git_dirs:
+        shallow = objects_dir(git_dir).parent / "shallow"
+        with contextlib.suppress(OSError):
+            listed.update(line.strip() for line in shallow.read_text().splitlines())
+    listed.discard("")
+    return listed
 
 
 def _quote(name: str) -> str:

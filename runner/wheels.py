@@ -256,20 +256,10 @@ class WheelCache:
             lock = self._locks[key] = FileLock(str(lock_dir / f"{key}.lock"))
         return lock
 
-    @contextlib.contextmanager
-    def locked(self, key: str, echo: Echo | None = None) -> Iterator[None]:
+    def locked(self, key: str, echo: Echo | None = None) -> contextlib.AbstractContextManager[None]:
         """Hold the key's lock; say so when another process is building the same wheel."""
-        lock = self._lock_for(key)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if echo:
-                echo(f"waiting for another run that is building cache entry {key[:12]} ...")
-            lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
+        waiting = f"waiting for another run that is building cache entry {key[:12]} ..."
+        return holding(self._lock_for(key), waiting, echo)
 
     # -- leases: what running sessions use -------------------------------------------------
 
@@ -722,6 +712,21 @@ def builder_spec(
         },
         user=f"{owner[0]}:{owner[1]}" if owner else None,
     )
+
+
+@contextlib.contextmanager
+def holding(lock: FileLock, waiting: str, echo: Echo | None = None) -> Iterator[None]:
+    """Hold a lock another run sharing the cache may hold; `echo` hears `waiting` while it does."""
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if echo:
+            echo(waiting)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def ccache_counts(stats_log: Path) -> tuple[int, int] | None:
