@@ -230,6 +230,9 @@ class DockerTester:
             self._stopping = True
             self._wanted = []
             self._ahead_cond.notify_all()
+        if cancel and self.toolchains is not None:
+            # Interpreter exit joins the pipeline threads: none may go on making a builder.
+            self.toolchains.provisioner.stop()
         self.executor.close(cancel=cancel)
         self._pipelines.shutdown(wait=not cancel, cancel_futures=True)
         if self.fingerprint is not None:

@@ -55,6 +55,7 @@ from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
 from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
 from runner.images import (
+    BuildCutter,
     base_entrypoint,
     base_user,
     build_image,
@@ -974,6 +975,12 @@ class Provisioner:
         # The tests of a round look builders up at once: one makes a missing image, the
         # others then find it (the legacy builder must not build one image twice at once).
         self._making = threading.Lock()
+        self._cutter = BuildCutter()
+
+    def stop(self) -> None:
+        """The run is stopping: a builder image build under way is cancelled in the engine, and
+        a wait for another run's is given up (either raises `Cancelled` in its thread)."""
+        self._cutter.stop()
 
     @functools.cached_property
     def entrypoint(self) -> list[str]:
@@ -1077,7 +1084,7 @@ class Provisioner:
         locks.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(locks / f"{key[:24]}.lock"))
         waiting = f"waiting for another run making the builder image for {where}"
-        with holding(lock, waiting, self.echo):
+        with holding(lock, waiting, self.echo, lambda: self._cutter.stopped):
             image_id = find_builder(self.client, key)
             built = False
             if image_id is None:
@@ -1224,6 +1231,7 @@ class Provisioner:
                 tag=builder_tag(key),
                 log_path=self.root / "logs" / f"{key[:16]}.log",
                 what=f"the builder image ({' '.join(resolution.pins)})",
+                cutter=self._cutter,
             )
         finally:
             shutil.rmtree(context, ignore_errors=True)

@@ -15,8 +15,10 @@ import importlib.resources
 import json
 import re
 import shlex
+import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ import docker
 import docker.errors
 import jinja2
 import requests.exceptions
+import urllib3.exceptions
 
 import runner
 from runner.containers import ContainerResult, ContainerSpec, Mount
@@ -37,6 +40,7 @@ from runner.execute import (
     OWNER_LABEL,
     PROCESS_LABEL,
     RUN_LABEL,
+    Cancelled,
     run_container,
 )
 from runner.install import SHADOWED, SHADOWED_EXIT, WHEEL_INSTALLER, install_command
@@ -564,6 +568,114 @@ class _Layering:
         )
 
 
+class BuildCutter:
+    """Cuts the engine connections of the image builds in flight when a run stops.
+
+    A legacy build streams its log over one HTTP response until the image is made, and a
+    thread reading that stream waits for the build to end, as a stopping process waits for its
+    threads. `stop` half-closes those connections instead: the engine takes the client as gone,
+    cancels the build (killing and removing the step's container), says so on the stream and
+    closes it, so the reading thread reads the steps made so far (for `_remove_partial_build`)
+    and raises `Cancelled`. A connection the engine leaves open is shut both ways after
+    `_HARD_CUT_SECONDS`. A build asked for after the stop is not started.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._stopped = threading.Event()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped.set()
+            open_now = list(self._open)
+        for sock in open_now:
+            _hang_up(sock)
+        if open_now:
+            timer = threading.Timer(_HARD_CUT_SECONDS, self._cut_hard)
+            timer.daemon = True
+            timer.start()
+
+    def _cut_hard(self) -> None:
+        with self._lock:
+            open_now = list(self._open)
+        for sock in open_now:
+            _hang_up(sock, how=socket.SHUT_RDWR)
+
+    @contextlib.contextmanager
+    def watching(self, client: docker.DockerClient) -> Iterator[Callable[[], None]]:
+        """While inside, the build request this thread sends is cut by `stop`; the function
+        yielded registers the response the request got (call it once the build started)."""
+        sink = _sink_for(client)
+        sink.responses = []
+        held: list[socket.socket] = []
+
+        def started() -> None:
+            for response in sink.responses[-1:]:  # the build request itself
+                sock = _response_socket(response)
+                if sock is None:
+                    continue
+                with self._lock:
+                    self._open.add(sock)
+                    held.append(sock)
+                    if self._stopped.is_set():
+                        _hang_up(sock)
+            sink.responses = None
+
+        try:
+            if self._stopped.is_set():
+                raise Cancelled("the run is stopping")
+            yield started
+        finally:
+            sink.responses = None
+            with self._lock:
+                self._open.difference_update(held)
+
+
+class _Sink(threading.local):
+    responses: list[requests.Response] | None = None
+
+
+_SINKS: weakref.WeakKeyDictionary[object, _Sink] = weakref.WeakKeyDictionary()
+_SINKS_LOCK = threading.Lock()
+
+
+def _sink_for(client: docker.DockerClient) -> _Sink:
+    """A per-thread sink for the responses of `client`'s requests, fed by a hook on its
+    session (installed once per client): only a thread that set its sink collects."""
+    with _SINKS_LOCK:
+        sink = _SINKS.get(client.api)
+        if sink is None:
+            sink = _Sink()
+
+            def collect(response: requests.Response, *_args: object, **_kwargs: object) -> None:
+                if sink.responses is not None:
+                    sink.responses.append(response)
+
+            client.api.hooks.setdefault("response", []).append(collect)
+            _SINKS[client.api] = sink
+        return sink
+
+
+def _response_socket(response: requests.Response) -> socket.socket | None:
+    """The socket under a streamed response (docker-py reads attached streams the same way)."""
+    raw = getattr(getattr(getattr(response.raw, "_fp", None), "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", raw)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+_HARD_CUT_SECONDS = 5.0
+
+
+def _hang_up(sock: socket.socket, how: int = socket.SHUT_WR) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(how)
+
+
 @dataclass
 class _Streamed:
     image_id: str | None
@@ -581,8 +693,10 @@ def _stream_build(
     echo: Echo | None,
     what: str,
     log_path: Path,
+    cutter: BuildCutter | None = None,
 ) -> _Streamed:
-    """Run a legacy-builder build, streaming its log; engine failures are infrastructure."""
+    """Run a legacy-builder build, streaming its log; engine failures are infrastructure, and
+    a build `cutter` stops raises `Cancelled`."""
     lines: list[str] = []
     pending = ""
     step = ""
@@ -601,27 +715,37 @@ def _stream_build(
             if echo and line.strip():
                 echo(line)
 
+    cutter = cutter or BuildCutter()
     try:
-        stream = client.api.build(
-            path=str(context),
-            tag=tag,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-            network_mode="none",  # everything comes from the context, as in every container
-        )
-        for chunk in stream:
-            if "stream" in chunk:
-                emit(chunk["stream"])
-            elif "error" in chunk:
-                error = str(chunk.get("errorDetail", {}).get("message") or chunk["error"])
-                emit(f"ERROR: {error}\n")
-            elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            elif "status" in chunk:
-                emit(f"{chunk['status']}\n")
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        with cutter.watching(client) as started:
+            stream = client.api.build(
+                path=str(context),
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                network_mode="none",  # everything comes from the context, as in every container
+            )
+            started()
+            for chunk in stream:
+                if "stream" in chunk:
+                    emit(chunk["stream"])
+                elif "error" in chunk:
+                    error = str(chunk.get("errorDetail", {}).get("message") or chunk["error"])
+                    emit(f"ERROR: {error}\n")
+                elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                elif "status" in chunk:
+                    emit(f"{chunk['status']}\n")
+    except (
+        docker.errors.DockerException,
+        requests.exceptions.RequestException,
+        urllib3.exceptions.HTTPError,  # a connection lost mid-stream, which requests leaves be
+        OSError,
+    ) as exc:
+        if cutter.stopped:
+            raise _stopped(client, what, lines, emit) from exc
         emit(f"ERROR: {exc}\n")
         raise InfrastructureError(
             f"building {what} failed in the Docker Engine: {exc}; check the engine "
@@ -632,12 +756,24 @@ def _stream_build(
             emit("\n")
         handle.flush()
 
+    if cutter.stopped and image_id is None:
+        raise _stopped(client, what, lines, emit)
     if error is None and image_id is None:
         with contextlib.suppress(docker.errors.DockerException):
             image_id = client.images.get(tag).id
     if error is not None or image_id is None:
         _remove_partial_build(client, lines)
     return _Streamed(image_id if error is None else None, lines, error, step)
+
+
+def _stopped(
+    client: docker.DockerClient, what: str, lines: list[str], emit: Callable[[str], None]
+) -> Cancelled:
+    """A build cut by a stopping run: the engine removes the step's container, the steps made
+    before it go as a failed build's do."""
+    emit("stopped: the run is stopping\n")
+    _remove_partial_build(client, lines)
+    return Cancelled(f"building {what} stopped: the run is stopping")
 
 
 def build_image(
@@ -648,12 +784,20 @@ def build_image(
     log_path: Path,
     what: str,
     echo: Echo | None = None,
+    cutter: BuildCutter | None = None,
 ) -> str:
     """Build an image whose failure stops the run (a builder image, say); returns its id."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a") as handle:
         result = _stream_build(
-            client, context, tag=tag, handle=handle, echo=echo, what=what, log_path=log_path
+            client,
+            context,
+            tag=tag,
+            handle=handle,
+            echo=echo,
+            what=what,
+            log_path=log_path,
+            cutter=cutter,
         )
     if result.image_id is not None:
         return result.image_id

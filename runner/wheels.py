@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from runner.config import DEFAULT_BUILD_COMMAND, PEP517_FRONTEND_PATH
 from runner.containers import ContainerSpec, Mount
 from runner.errors import BuildTimedOut, InfrastructureError
-from runner.execute import KIND_LABEL, LABEL, keep_explicit, run_container
+from runner.execute import KIND_LABEL, LABEL, Cancelled, keep_explicit, run_container
 from runner.files import write_text_atomic
 from runner.sources import ExportResult
 
@@ -256,10 +256,12 @@ class WheelCache:
             lock = self._locks[key] = FileLock(str(lock_dir / f"{key}.lock"))
         return lock
 
-    def locked(self, key: str, echo: Echo | None = None) -> contextlib.AbstractContextManager[None]:
+    def locked(
+        self, key: str, echo: Echo | None = None, stopping: Callable[[], bool] | None = None
+    ) -> contextlib.AbstractContextManager[None]:
         """Hold the key's lock; say so when another process is building the same wheel."""
         waiting = f"waiting for another run that is building cache entry {key[:12]} ..."
-        return holding(self._lock_for(key), waiting, echo)
+        return holding(self._lock_for(key), waiting, echo, stopping)
 
     # -- leases: what running sessions use -------------------------------------------------
 
@@ -715,14 +717,28 @@ def builder_spec(
 
 
 @contextlib.contextmanager
-def holding(lock: FileLock, waiting: str, echo: Echo | None = None) -> Iterator[None]:
-    """Hold a lock another run sharing the cache may hold; `echo` hears `waiting` while it does."""
+def holding(
+    lock: FileLock,
+    waiting: str,
+    echo: Echo | None = None,
+    stopping: Callable[[], bool] | None = None,
+) -> Iterator[None]:
+    """Hold a lock another run sharing the cache may hold; `echo` hears `waiting` while it does.
+    When `stopping` says so, the wait ends in `Cancelled`: another run's build may take
+    minutes, and a stopping process waits for the thread that waits here."""
     try:
         lock.acquire(timeout=0)
     except Timeout:
         if echo:
             echo(waiting)
-        lock.acquire()
+        while True:
+            if stopping is not None and stopping():
+                raise Cancelled("the run is stopping") from None
+            try:
+                lock.acquire(timeout=0.2)
+                break
+            except Timeout:
+                continue
     try:
         yield
     finally:
@@ -773,7 +789,7 @@ def build_wheel(
     InfrastructureError instead, since another attempt may well succeed.
     """
     key = cache.key(package, commit, settings, builder.key if builder else None, inputs)
-    with cache.locked(key, echo):
+    with cache.locked(key, echo, cancel.is_set if cancel is not None else None):
         hit = cache._lookup_locked(key)
         if hit is not None:
             return hit

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -1214,3 +1216,76 @@ def test_an_example_that_hangs_inside_a_bump_names_the_simpler_commit_to_skip(
 
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.json()["simpler"]["culprit"] == sample.simpler_shas[2]
+
+
+def test_ctrl_c_while_a_builder_image_is_made_ends_that_build_at_once(
+    sample_factory, tmp_path, docker_client
+):
+    """The builder image's tool install is one long step on a real CANN image. Ctrl-C during
+    it ended the run only when the step did (the thread reading the build waited for it): here
+    the base image's entrypoint holds that step 300 s. The build is cancelled in the engine, its
+    steps are removed, and the run exits 130 at once."""
+    token = secrets.token_hex(4)
+    slow = f"/usr/local/bin/slow-tools-{token}.sh"
+    script = (
+        "#!/bin/sh\n"
+        'case "$*" in *"--ignore-installed"*) sleep 300;; esac\n'
+        'exec /usr/local/bin/entrypoint.sh "$@"\n'
+    )
+    encoded = base64.b64encode(script.encode()).decode()
+    maker = docker_client.containers.create(
+        BASE_IMAGE, ["/bin/sh", "-c", f"echo {encoded} | base64 -d > {slow} && chmod 755 {slow}"]
+    )
+    try:
+        maker.start()
+        assert maker.wait(timeout=60)["StatusCode"] == 0
+        base = maker.commit(
+            repository="bisect-precision-test/slow-tools-base",
+            tag=token,
+            conf={"Entrypoint": [slow], "Labels": {"bisect-precision-test.slow-tools": "1"}},
+        )
+    finally:
+        maker.remove(force=True)
+    sample = sample_factory(PYPTO_REGRESSION)
+    args = run_args(sample, tmp_path / "work", tmp_path / "cache", "--json")
+    args[args.index("--base-image") + 1] = f"bisect-precision-test/slow-tools-base:{token}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def installing() -> bool:
+        return any(
+            slow in " ".join(c.attrs["Config"].get("Cmd") or [])
+            for c in docker_client.containers.list(ignore_removed=True)
+        )
+
+    try:
+        deadline = time.monotonic() + 300
+        while not installing() and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()[1]
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130, stderr
+        assert "Traceback" not in stderr
+        deadline = time.monotonic() + 20
+        while installing() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not installing()
+        made_on_it = [
+            image.id
+            for image in docker_client.images.list(all=True)
+            if image.attrs.get("Parent") == base.id
+        ]
+        assert made_on_it == [], "the cancelled build's steps stayed"
+        logs = list((tmp_path / "cache" / "builders" / "logs").glob("*.log"))
+        assert any("stopped: the run is stopping" in log.read_text() for log in logs), logs
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        with contextlib.suppress(docker.errors.APIError):
+            docker_client.images.remove(base.id, force=True)

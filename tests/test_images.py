@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,9 +20,10 @@ import pytest
 
 from runner.containers import ContainerSpec, Mount
 from runner.errors import BadInput
-from runner.execute import LABEL, OWNER_LABEL, run_container
+from runner.execute import LABEL, OWNER_LABEL, Cancelled, run_container
 from runner.images import (
     LAYER_REPOSITORY,
+    BuildCutter,
     TestImage,
     WheelInstallFailed,
     _cause,
@@ -679,3 +681,60 @@ def test_an_image_the_tool_builds_has_no_network_in_its_steps(docker_client, bas
     finally:
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+def test_a_stopping_run_cuts_an_image_build_under_way(docker_client, base_image, tmp_path):
+    """Ctrl-C while a builder image is being built: the build ends in the engine at once (its
+    step's container goes, and the steps it made), instead of the process waiting for it."""
+    token = secrets.token_hex(6)
+    label = f"bisect-precision-test-cut={token}"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base_image}\nLABEL {label}\nRUN sleep 300 # {token}\n"
+    )
+    log = tmp_path / "build.log"
+    cutter = BuildCutter()
+    outcome: list[object] = []
+
+    def build() -> None:
+        try:
+            outcome.append(
+                build_image(
+                    docker_client, tmp_path, tag=f"x:{token}", log_path=log, what="x", cutter=cutter
+                )
+            )
+        except Exception as exc:
+            outcome.append(exc)
+
+    def sleeping() -> list[object]:
+        return [
+            c
+            for c in docker_client.containers.list(all=True)
+            if token in " ".join(c.attrs["Config"].get("Cmd") or [])
+        ]
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not sleeping() and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sleeping(), log.read_text() if log.exists() else "the build started no step"
+        stopped = time.monotonic()
+        cutter.stop()
+        thread.join(30)
+        assert time.monotonic() - stopped < 15
+        assert len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome
+        assert "stopped: the run is stopping" in log.read_text()
+        while sleeping() and time.monotonic() < stopped + 20:  # the engine's kill and removal
+            time.sleep(0.2)
+        assert not sleeping()
+        assert not docker_client.images.list(filters={"label": label})  # the LABEL step's image
+        with pytest.raises(Cancelled):  # a build asked for after the stop is not started
+            build_image(docker_client, tmp_path, tag="x:y", log_path=log, what="x", cutter=cutter)
+    finally:
+        cutter.stop()
+        thread.join(30)
+        for image in docker_client.images.list(filters={"label": label}):
+            with contextlib.suppress(docker.errors.APIError):
+                docker_client.images.remove(image.id, force=True)

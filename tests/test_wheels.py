@@ -884,3 +884,44 @@ def test_a_build_that_needs_the_network_says_so_and_how_to_give_it_what_it_fetch
 
     assert not built.ok
     assert "builds have none" in built.reason and "--pto-isa-root" in built.reason, built.reason
+
+
+def test_a_wait_for_another_runs_lock_ends_when_the_run_stops(tmp_path: Path) -> None:
+    """Another run's builder image or wheel may take minutes; a run stopped by Ctrl-C must not
+    wait for it, since its process exits only once the waiting thread does."""
+    from filelock import FileLock
+
+    from runner.execute import Cancelled
+    from runner.wheels import holding
+
+    path = str(tmp_path / "key.lock")
+    other, ours = FileLock(path), FileLock(path)
+    held, release = threading.Event(), threading.Event()
+
+    def another_run() -> None:
+        with other:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=another_run)
+    thread.start()
+    try:
+        assert held.wait(10)
+        said: list[str] = []
+        stop_at = time.monotonic() + 0.5
+        started = time.monotonic()
+        with (
+            pytest.raises(Cancelled),
+            holding(
+                ours, "waiting for the other run", said.append, lambda: time.monotonic() > stop_at
+            ),
+        ):
+            pytest.fail("the lock was taken while the other run held it")
+        assert time.monotonic() - started < 5
+        assert said == ["waiting for the other run"]
+        assert not ours.is_locked
+    finally:
+        release.set()
+        thread.join()
+    with holding(ours, "not said", None, lambda: False):  # free again: taken at once
+        assert ours.is_locked
