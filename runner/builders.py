@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import email.message
+import email.parser
 import functools
 import hashlib
 import html.parser
@@ -28,6 +30,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -461,6 +464,7 @@ class Release:
     version: Version
     uploaded: datetime | None  # None where the index does not say (local mirrors often don't)
     wheel_tags: frozenset[Tag]  # what its wheels are built for; empty: sdists only
+    requires_python: str | None = None  # its Requires-Python, where the source says
 
     @property
     def has_wheel(self) -> bool:
@@ -470,18 +474,30 @@ class Release:
         """Whether a wheel of it installs where `tags` are supported (None: anywhere)."""
         return self.has_wheel if tags is None else not self.wheel_tags.isdisjoint(tags)
 
+    def runs_on(self, python: str | None) -> bool:
+        """Whether its Requires-Python admits `python` (a full version, "3.9.0"), as pip checks
+        it: a `py3-none-any` wheel fits every Python 3 by its tags alone. Unknown: it does."""
+        if python is None or not self.requires_python:
+            return True
+        try:
+            return SpecifierSet(self.requires_python).contains(python, prereleases=True)
+        except InvalidSpecifier:
+            return True  # pip ignores a Requires-Python it cannot read
+
 
 class _Anchors(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.hrefs: list[tuple[str, bool]] = []
+        self.hrefs: list[tuple[str, bool, str | None]] = []  # href, yanked, Requires-Python
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
             values = dict(attrs)
             href = values.get("href")
             if href:
-                self.hrefs.append((href, "data-yanked" in values))
+                self.hrefs.append(
+                    (href, "data-yanked" in values, values.get("data-requires-python"))
+                )
 
 
 def _version_of(filename: str, name: str) -> tuple[Version, frozenset[Tag]] | None:
@@ -499,6 +515,26 @@ def _version_of(filename: str, name: str) -> tuple[Version, frozenset[Tag]] | No
     if project != canonicalize_name(name):
         return None
     return version, wheel
+
+
+def wheel_metadata(wheel: Path) -> email.message.Message | None:
+    """The METADATA of a wheel file; None when it cannot be read."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(
+                (
+                    n
+                    for n in archive.namelist()
+                    if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+                ),
+                None,
+            )
+            if name is None:
+                return None
+            text = archive.read(name).decode("utf-8", errors="replace")
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+    return email.parser.HeaderParser().parsestr(text)
 
 
 def _parse_time(text: object) -> datetime | None:
@@ -539,6 +575,15 @@ class PackageSources:
             if _config_list(config, "no-index"):
                 self.indexes = []
 
+    def listing(self) -> list[str]:
+        """The wheelhouse's file names (none without one)."""
+        if self.wheelhouse is None:
+            return []
+        try:
+            return sorted(child.name for child in self.wheelhouse.iterdir())
+        except OSError:
+            return []
+
     def pip_args(self) -> list[str]:
         """Where `pip download` looks: the wheelhouse alone, or pip's own configuration."""
         if self.wheelhouse is not None:
@@ -555,25 +600,32 @@ class PackageSources:
     def _gather(self, name: str) -> list[Release]:
         found: dict[Version, Release] = {}
 
-        def add(version: Version, uploaded: datetime | None, wheel: frozenset[Tag]) -> None:
+        def add(
+            version: Version, uploaded: datetime | None, wheel: frozenset[Tag], python: str | None
+        ) -> None:
             old = found.get(version)
             if old is None:
-                found[version] = Release(version, uploaded, wheel)
+                found[version] = Release(version, uploaded, wheel, python)
                 return
             times = [t for t in (old.uploaded, uploaded) if t is not None]
-            found[version] = Release(version, min(times) if times else None, old.wheel_tags | wheel)
+            found[version] = Release(
+                version,
+                min(times) if times else None,
+                old.wheel_tags | wheel,
+                old.requires_python or python,
+            )
 
         for index in self.indexes:
-            for version, uploaded, wheel in self._from_index(index, name):
-                add(version, uploaded, wheel)
+            for version, uploaded, wheel, python in self._from_index(index, name):
+                add(version, uploaded, wheel, python)
         for link in self.find_links:
-            for version, wheel in self._from_links(link, name):
-                add(version, None, wheel)
+            for version, wheel, python in self._from_links(link, name):
+                add(version, None, wheel, python)
         return sorted(found.values(), key=lambda r: r.version)
 
     def _from_index(
         self, index: str, name: str
-    ) -> list[tuple[Version, datetime | None, frozenset[Tag]]]:
+    ) -> list[tuple[Version, datetime | None, frozenset[Tag], str | None]]:
         url = index.rstrip("/") + f"/{name}/"
         try:
             content_type, body = self._fetch(url)
@@ -585,7 +637,7 @@ class PackageSources:
             # pip would skip it too; but "no wheel" would then be the wrong diagnosis
             self.unreachable[index] = str(getattr(exc, "reason", exc))
             return []
-        found: list[tuple[Version, datetime | None, frozenset[Tag]]] = []
+        found: list[tuple[Version, datetime | None, frozenset[Tag], str | None]] = []
         if "json" in content_type:
             with contextlib.suppress(ValueError):
                 data = json.loads(body)
@@ -594,18 +646,26 @@ class PackageSources:
                         continue
                     parsed = _version_of(str(entry.get("filename", "")), name)
                     if parsed:
-                        found.append((parsed[0], _parse_time(entry.get("upload-time")), parsed[1]))
+                        python = entry.get("requires-python")
+                        found.append(
+                            (
+                                parsed[0],
+                                _parse_time(entry.get("upload-time")),
+                                parsed[1],
+                                python if isinstance(python, str) else None,
+                            )
+                        )
             return found
         anchors = _Anchors()
         with contextlib.suppress(UnicodeDecodeError):
             anchors.feed(body.decode())
-        for href, yanked in anchors.hrefs:
+        for href, yanked, python in anchors.hrefs:
             parsed = _version_of(href, name)
             if parsed and not yanked:
-                found.append((parsed[0], None, parsed[1]))
+                found.append((parsed[0], None, parsed[1], python))
         return found
 
-    def _from_links(self, link: str, name: str) -> list[tuple[Version, frozenset[Tag]]]:
+    def _from_links(self, link: str, name: str) -> list[tuple[Version, frozenset[Tag], str | None]]:
         path = Path(urllib.parse.urlparse(link).path if link.startswith("file:") else link)
         if not path.is_dir():
             return []
@@ -613,7 +673,10 @@ class PackageSources:
         for child in path.iterdir():
             parsed = _version_of(child.name, name)
             if parsed:
-                found.append(parsed)
+                # A directory of files has no index to say Requires-Python: the wheel does.
+                metadata = wheel_metadata(child) if parsed[1] else None
+                python = metadata.get("Requires-Python") if metadata is not None else None
+                found.append((parsed[0], parsed[1], python))
         return found
 
 
@@ -704,8 +767,10 @@ def resolve(
     them, which is the closest in time. Without upload times pip's usual newest is left to pip.
     `tags`: the wheel tags the image's Python takes (`ImageTraits.wheel_tags`); only releases
     with such a wheel are picked, as pip would only install those (an old release of a tool may
-    have wheels for older Pythons alone). `floor`: no release is picked as of a date before it
-    (the image's Python came out then: older tools do not know it); pins still go by `when`.
+    have wheels for older Pythons alone). Nor one whose Requires-Python excludes the image's
+    Python (`markers`' python_full_version), which pip refuses. `floor`: no release is picked
+    as of a date before it (the image's Python came out then: older tools do not know it);
+    pins still go by `when`.
     """
     pinned: dict[str, str] = {}
     notes: list[str] = []
@@ -716,6 +781,7 @@ def resolve(
                 pinned[canonicalize_name(requirement.name)] = str(requirement)
     chosen: list[str] = []
     seen: set[str] = set()
+    python = (markers or {}).get("python_full_version")
     if by_date and floor is not None and floor > when:
         notes.append(
             f"picked as of {floor.date().isoformat()}, not the commit's "
@@ -738,7 +804,7 @@ def resolve(
             chosen.append(pinned.pop(name))
             notes.append(f"{name}: pinned by build_pins")
             continue
-        chosen.append(_choose(requirement, when, sources, by_date, where, notes, tags))
+        chosen.append(_choose(requirement, when, sources, by_date, where, notes, tags, python))
     for text in list(chosen):
         requirement = Requirement(text)
         hook = _HOOK_REQUIRES.get(canonicalize_name(requirement.name))
@@ -750,7 +816,9 @@ def resolve(
         if needed in pinned:
             chosen.append(pinned.pop(needed))
         else:
-            chosen.append(_choose(Requirement(needed), when, sources, by_date, where, notes, tags))
+            chosen.append(
+                _choose(Requirement(needed), when, sources, by_date, where, notes, tags, python)
+            )
     for name, text in sorted(pinned.items()):
         chosen.append(text)
         notes.append(f"{name}: added by build_pins")
@@ -823,6 +891,7 @@ def _choose(
     where: str,
     notes: list[str],
     tags: Collection[Tag] | None = None,
+    python: str | None = None,
 ) -> str:
     name = canonicalize_name(requirement.name)
     prereleases = bool(requirement.specifier.prereleases)
@@ -831,14 +900,24 @@ def _choose(
         for r in sources.releases(name)
         if r.has_wheel and requirement.specifier.contains(r.version, prereleases=prereleases)
     ]
-    releases = [r for r in satisfying if r.fits(tags)]
-    if satisfying and not releases:  # wheels, but none the image's Python takes
+    fitting = [r for r in satisfying if r.fits(tags)]
+    if satisfying and not fitting:  # wheels, but none the image's Python takes
         raise BadInput(
             f"{where}: no release of {name} that satisfies the build requirement "
             f"{str(requirement)!r} has a wheel for the base image's Python (newest: "
             f"{satisfying[-1].version}, whose wheels are for "
             f"{', '.join(sorted(map(str, satisfying[-1].wheel_tags))[:3])}); pin another "
             "version with build_pins (--build-pin)"
+        )
+    releases = [r for r in fitting if r.runs_on(python)]
+    if fitting and not releases:  # every one has dropped the image's Python
+        supply = "add an older release to the wheelhouse" if sources.wheelhouse else "pin one"
+        raise BadInput(
+            f"{where}: no release of {name} that satisfies the build requirement "
+            f"{str(requirement)!r} runs on the base image's Python "
+            f"{python.removesuffix('.0') if python else '?'} (newest: {fitting[-1].version}, "
+            f"which requires Python {fitting[-1].requires_python}); {supply} with build_pins "
+            "(--build-pin) or add one that supports it"
         )
     if not releases:
         where_from = (
@@ -1105,6 +1184,9 @@ class Provisioner:
                     "pins": sorted(resolution.pins),
                     "target": self.traits.pip_target_args(),
                     "sources": self.sources.pip_args(),
+                    # A wheel added to the wheelhouse is a new set, not the old one reused.
+                    "wheelhouse": self.sources.listing(),
+                    "dependencies": "judged for the image's Python",
                 },
                 sort_keys=True,
             ).encode()
@@ -1139,6 +1221,17 @@ class Provisioner:
                     else ""
                 )
             )
+        self._pip(list(resolution.pins), dest, where, resolution)
+        # pip judges the dependencies' markers for the host's Python, whatever --python-version
+        # says: scikit-build-core's `tomli; python_version < "3.11"` never came for a 3.9
+        # image, and every build there failed. What the image's Python needs is added.
+        for _ in range(_MARKER_ROUNDS):
+            missing = dependencies_missing(dest, self.traits.markers(), resolution.pins)
+            if not missing:
+                return
+            self._pip(missing, dest, where, resolution)
+
+    def _pip(self, requirements: list[str], dest: Path, where: str, resolution: Resolution) -> None:
         command = [
             sys.executable,
             "-m",
@@ -1150,7 +1243,7 @@ class Provisioner:
             str(dest),
             *self.sources.pip_args(),
             *self.traits.pip_target_args(),
-            *resolution.pins,
+            *requirements,
         ]
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
@@ -1235,6 +1328,46 @@ class Provisioner:
             )
         finally:
             shutil.rmtree(context, ignore_errors=True)
+
+
+_MARKER_ROUNDS = 5  # each round adds the dependencies of the last; two are the most seen
+
+
+def dependencies_missing(
+    wheels_dir: Path, markers: Mapping[str, str], requested: Iterable[str]
+) -> list[str]:
+    """The requirements that the wheels in `wheels_dir` declare for a Python with these marker
+    values (with the extras `requested` asks of them) and that no wheel there satisfies by
+    name: what pip, judging markers for the host, left out."""
+    have = {}
+    for wheel in sorted(wheels_dir.glob("*.whl")):
+        with contextlib.suppress(InvalidWheelFilename, InvalidVersion):
+            have[parse_wheel_filename(wheel.name)[0]] = wheel
+    extras: dict[str, set[str]] = {}
+    for text in requested:
+        with contextlib.suppress(InvalidRequirement):
+            requirement = Requirement(text)
+            extras.setdefault(canonicalize_name(requirement.name), set()).update(requirement.extras)
+    missing: dict[str, str] = {}
+    for name, wheel in have.items():
+        metadata = wheel_metadata(wheel)
+        for text in (metadata.get_all("Requires-Dist") or []) if metadata is not None else []:
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                continue
+            needed = canonicalize_name(requirement.name)
+            if needed in have or needed in missing:
+                continue
+            asked = extras.get(name, set()) | {""}
+            marker = requirement.marker
+            if marker is not None and not any(
+                marker.evaluate({**markers, "extra": extra}) for extra in asked
+            ):
+                continue
+            requirement.marker = None
+            missing[needed] = str(requirement)
+    return sorted(missing.values())
 
 
 def _builder_key(

@@ -356,6 +356,14 @@ def endpoint_error(failure: EndpointFailure) -> EndpointsDoNotReproduce:
         )
     elif attempt.reason.startswith(SOURCE_UNAVAILABLE):
         text = f"the known-{failure.which} commit {sha} cannot be exported: {attempt.reason}"
+    elif attempt.reason.startswith("build failed") and (module := _missing_module(attempt.reason)):
+        text = (
+            f"the known-{failure.which} commit {sha} could not be built ({why}): its builder "
+            f"image lacks the Python module {module}, which the build imports (a build tool's "
+            "dependency, or one the project's build uses without declaring it); add the package "
+            f'that provides it: --build-pin \'{{"requirements": ["{module.split(".")[0]}"]}}\' '
+            "--new-session"
+        )
     elif (module := _missing_module(attempt.reason)) is not None:
         text = (
             f"the known-{failure.which} commit {sha} could not be tested ({why}): the base image "

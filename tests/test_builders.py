@@ -28,6 +28,7 @@ from packaging.tags import Tag
 from packaging.version import Version
 
 from runner.builders import (
+    _PROBE,
     KEY_LABEL,
     LEGACY_REQUIRES,
     Builder,
@@ -38,6 +39,7 @@ from runner.builders import (
     build_requires,
     builder_tag,
     cmake_wanted,
+    dependencies_missing,
     find_builder,
     image_present,
     probe_image,
@@ -57,7 +59,7 @@ from runner.toolchains import Toolchains
 from runner.wheels import BuildSettings, WheelCache, build_wheel
 from tests.fixtures.cli import cli, run_args
 from tests.fixtures.docker import build_from_text
-from tests.fixtures.index import Index, serving
+from tests.fixtures.index import Index, serving, tool_wheel
 from tests.fixtures.samples import SMALL
 
 OLD = "scikit-build-core==0.10.7"
@@ -1098,3 +1100,127 @@ def test_build_tools_that_cannot_be_downloaded_for_a_machine_fault_are_infrastru
             local._pip_download(big, full / "dl", "pypto 1234")
     finally:
         subprocess.run(["umount", str(full)], check=False)
+
+
+def _python(version: str) -> dict[str, str]:
+    return _traits(version).markers()
+
+
+def test_a_tool_release_that_dropped_the_images_python_is_passed_over(tmp_path: Path) -> None:
+    """A wheel tagged py3-none-any fits every Python 3 by its tags; its Requires-Python may
+    still refuse the image's. A Python 3.9 image got setuptools 84 (>=3.10) though the
+    wheelhouse had 75.9.1, and pip refused to download it: nothing built."""
+    tool_wheel(tmp_path, "setuptools", "75.9.1", requires_python=">=3.9")
+    tool_wheel(tmp_path, "setuptools", "84.2.1", requires_python=">=3.10")
+    tool_wheel(tmp_path, "ninja", "1.13.2")  # says nothing: fits any Python
+
+    def pins(sources: PackageSources, python: str) -> tuple[str, ...]:
+        return resolve(
+            ["setuptools", "ninja"],
+            where="pypto x",
+            when=when("2026-01-01"),
+            sources=sources,
+            markers=_python(python),
+            tags=_traits(python).wheel_tags(),
+        ).pins
+
+    wheelhouse = PackageSources(wheelhouse=tmp_path)
+    assert pins(wheelhouse, "3.9") == ("setuptools==75.9.1", "ninja==1.13.2")
+    assert pins(wheelhouse, "3.11") == ("setuptools==84.2.1", "ninja==1.13.2")
+    with serving(tmp_path, {}) as server:  # an index says it per file (PEP 691)
+        index = PackageSources(pip_config={"index-url": server.url})
+        assert pins(index, "3.9") == ("setuptools==75.9.1", "ninja==1.13.2")
+        assert pins(index, "3.11") == ("setuptools==84.2.1", "ninja==1.13.2")
+
+    (tmp_path / "setuptools-75.9.1-py3-none-any.whl").unlink()
+    with pytest.raises(BadInput) as raised:
+        pins(PackageSources(wheelhouse=tmp_path), "3.9")
+    message = str(raised.value)
+    assert (
+        "no release of setuptools that satisfies the build requirement 'setuptools' runs on "
+        "the base image's Python 3.9 (newest: 84.2.1, which requires Python >=3.10)" in message
+    )
+    assert "add an older release to the wheelhouse" in message and "\n" not in message
+
+
+def test_a_simple_html_index_says_requires_python_in_its_anchors() -> None:
+    page = (
+        b'<a href="/f/setuptools-75.9.1-py3-none-any.whl" data-requires-python="&gt;=3.9">a</a>'
+        b'<a href="/f/setuptools-84.2.1-py3-none-any.whl" data-requires-python="&gt;=3.10">b</a>'
+    )
+    sources = PackageSources(
+        pip_config={"index-url": "http://index.invalid/simple"},
+        fetch=lambda url: ("text/html", page),
+    )
+    found = {str(r.version): r.requires_python for r in sources.releases("setuptools")}
+    assert found == {"75.9.1": ">=3.9", "84.2.1": ">=3.10"}
+
+
+def test_dependencies_are_judged_for_the_images_python_not_the_hosts(tmp_path: Path) -> None:
+    """pip judges the markers of what it downloads for the Python it runs on: a 3.11 host
+    left out scikit-build-core's `tomli; python_version < "3.11"` for a 3.9 image."""
+    tool_wheel(
+        tmp_path,
+        "backend",
+        "1.0",
+        requires=[
+            "packaging>=20",
+            'tomli>=1.2; python_version < "3.11"',
+            'exceptiongroup; python_version < "3.11"',
+            'rich; extra == "pretty"',
+            'colorama; extra == "pretty" and python_version < "3.10"',
+        ],
+    )
+    tool_wheel(tmp_path, "packaging", "24.0")
+    assert dependencies_missing(tmp_path, _python("3.12"), ["backend==1.0"]) == []
+    assert dependencies_missing(tmp_path, _python("3.9"), ["backend==1.0"]) == [
+        "exceptiongroup",
+        "tomli>=1.2",
+    ]
+    assert dependencies_missing(tmp_path, _python("3.9"), ["backend[pretty]==1.0"]) == [
+        "colorama",
+        "exceptiongroup",
+        "rich",
+        "tomli>=1.2",
+    ]
+    assert dependencies_missing(tmp_path, _python("3.10"), ["backend[pretty]==1.0"]) == [
+        "exceptiongroup",
+        "rich",
+        "tomli>=1.2",
+    ]
+
+
+def test_a_builders_tool_set_has_what_the_images_python_needs(tmp_path: Path) -> None:
+    """Through the host's real `pip download`, as a run provisions a builder for a 3.9 image
+    from a 3.11 host: the dependencies only a 3.9 needs come too, and their own. A wheel added
+    to the wheelhouse afterwards makes a new set rather than reusing the complete one."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    tool_wheel(wheelhouse, "backend", "1.0", requires=['tomli-like; python_version < "3.11"'])
+    tool_wheel(wheelhouse, "tomli-like", "2.0", requires=['typing-like; python_version < "3.10"'])
+    tool_wheel(wheelhouse, "typing-like", "4.0")
+
+    def download(python: str) -> Path:
+        cache = tmp_path / f"cache-{python}"
+        image = f"sha256:{python.replace('.', '') * 8}"
+        asked = hashlib.sha256(("python3" + _PROBE).encode()).hexdigest()[:12]
+        traits = cache / "builders" / "traits" / f"{image.replace(':', '_')}-{asked}.json"
+        traits.parent.mkdir(parents=True, exist_ok=True)
+        traits.write_text(json.dumps(_traits(python).to_json()))  # the image's probe, cached
+        provisioner = Provisioner(
+            None,  # type: ignore[arg-type]  # nothing here asks the engine
+            base_image_id=image,
+            cache_root=cache,
+            sources=PackageSources(wheelhouse=wheelhouse),
+        )
+        return provisioner.download(Resolution(("backend",), ("backend==1.0",), ()), "x")
+
+    def names(wheels: Path) -> list[str]:
+        return sorted(wheel.name.split("-")[0] for wheel in wheels.glob("*.whl"))
+
+    assert names(download("3.9")) == ["backend", "tomli_like", "typing_like"]
+    before = download("3.11")
+    assert names(before) == ["backend"]
+    assert download("3.11") == before  # complete: not downloaded again
+    tool_wheel(wheelhouse, "unrelated", "1.0")
+    assert download("3.11") != before

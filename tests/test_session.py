@@ -1916,6 +1916,24 @@ def test_an_untestable_endpoint_says_what_to_fix_before_picking_another(reason, 
         )
 
 
+def test_an_endpoint_whose_build_misses_a_module_names_the_builder_not_the_base_image():
+    """A build tool's dependency the builder lacks (tomli for scikit-build-core on Python 3.9)
+    is no module the example imports: the base image is not where it goes, a build pin is."""
+    tomli = recorded(
+        verdict=Verdict.SKIP,
+        reason="build failed: pypto (build failed (exit 2): ModuleNotFoundError: No module "
+        "named 'tomli')",
+    )
+    for which in ("good", "bad"):
+        message = str(endpoint_error(EndpointFailure(which, tomli)))
+        assert f"the known-{which} commit aaaaaaaaaaaa could not be built" in message
+        assert "its builder image lacks the Python module tomli, which the build imports" in (
+            message
+        )
+        assert message.endswith("""--build-pin '{"requirements": ["tomli"]}' --new-session""")
+        assert "base image" not in message
+
+
 def test_an_endpoint_missing_a_module_neither_wheel_brings_names_the_base_image():
     """Every commit would fail the same way: no other --good helps, the image must change."""
     numpy = recorded(
