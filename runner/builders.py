@@ -1016,6 +1016,10 @@ def installed(pins: Sequence[str], wheels: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+class ImageCannotBuild(BadInput):
+    """The base image lacks what every native build needs: no commit's fault, no --skip helps."""
+
+
 class Provisioner:
     """Builder images for one base image, shared by every commit with the same wheel set."""
 
@@ -1067,24 +1071,23 @@ class Provisioner:
         when the first builder is looked up (a builder's key and its Dockerfile both need it)."""
         return base_entrypoint(self.client, self.base_image_id)
 
-    def require_compiler(self, resolution: Resolution, where: str) -> None:
+    def require_compiler(self, declared: Sequence[str], where: str) -> None:
         """Stop before the first step when a commit builds native code and the image has no
         C++ compiler: every build would fail, and each failure would read as the commit's own
-        (a skip), with or without --verify."""
+        (a skip), with or without --verify. Asked before the tools are looked for: a user who
+        adds the cmake wheel a bare image lacks would only learn next that it cannot build."""
         native = sorted(
-            name
-            for name in (_requirement_name(r) for r in resolution.declared)
-            if name in NATIVE_BUILD_TOOLS
+            name for name in (_requirement_name(r) for r in declared) if name in NATIVE_BUILD_TOOLS
         )
         image = _named(self.base_image, self.base_image_id)
         if native and not set(self.traits.tools) & CXX_COMPILERS:
-            raise BadInput(
+            raise ImageCannotBuild(
                 f"the base image {image} has no C++ compiler (g++, c++ or clang++) and {where} "
                 f"builds native code ({', '.join(native)}): build on the CANN image, or install "
                 "a compiler in the base image (build-essential)"
             )
         if native and not self.traits.headers:
-            raise BadInput(
+            raise ImageCannotBuild(
                 f"the base image {image} has no Python development headers for `{self.python}` "
                 f"(no Python.h in {self.traits.include or 'its include directory'}) and {where} "
                 f"builds native code ({', '.join(native)}): install them in the base image "
@@ -1122,6 +1125,7 @@ class Provisioner:
         backend asks for beyond `[build-system].requires` (`cmake_wanted`, `setup_requires`)."""
         where = f"{package} {commit[:12]}"
         requires = build_requires(pyproject, where)
+        self.require_compiler(requires, where)
         extras = self.extras(requires, cmake_wanted(pyproject, files.get("CMakeLists.txt")))
         if any(_requirement_name(r) == "setuptools" for r in requires):
             extras += setup_requires(files.get("setup.py"))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from runner.builders import Builder, Provisioner, Resolution
+from runner.builders import Builder, ImageCannotBuild, Provisioner, Resolution
 from runner.errors import BadInput, BisectError, UnbuildableCommit
 from runner.history import pointer_states
 from runner.sources import SourceExporter
@@ -131,11 +131,11 @@ class Toolchains:
                         "are skips"
                     )
                 continue
+            except ImageCannotBuild:
+                raise  # no commit of the range builds: skipping one helps nothing
             except BadInput as exc:  # e.g. a requirement no release satisfies
                 raise skippable(exc, commit, ends) from None
-            planned = Planned(package, commit, resolution, None)
-            self.provisioner.require_compiler(resolution, planned.where)
-            resolved.append(planned)
+            resolved.append(Planned(package, commit, resolution, None))
         if not build:
             self._download(resolved, ends)
             return resolved

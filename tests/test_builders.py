@@ -530,8 +530,13 @@ def test_a_device_fault_is_never_a_verdict_and_the_next_run_finishes(
             "has no C++ compiler",
         ),
         ("/usr/include/python3*/Python.h", "has no Python development headers for `python3`"),
+        # Nor cmake, whose wheel the wheelhouse lacks: the compiler is what to fix, not that.
+        (
+            "/usr/bin/*g++* /usr/bin/c++ /usr/bin/*clang++* /etc/alternatives/c++ /usr/bin/cmake",
+            "has no C++ compiler",
+        ),
     ],
-    ids=["compiler", "python-headers"],
+    ids=["compiler", "python-headers", "compiler-and-cmake"],
 )
 def test_a_base_image_without_a_cxx_compiler_stops_native_builds_before_the_first_step(
     sample_factory,
