@@ -141,6 +141,7 @@ def export_attempt(
         raise BadInput(f"--to {destination}: cannot create it ({exc.strerror or exc})") from None
     try:
         run = run_settings(prepared)
+        defaults = image_defaults(client, attempt.image_id)
         spec = example_container(
             ExampleRun(
                 image=attempt.image_id,
@@ -160,7 +161,7 @@ def export_attempt(
                 timeout=run.timeout,
                 owner=_PLACEHOLDER_OWNER,
             ),
-            image_defaults(client, attempt.image_id),
+            defaults,
         )
         # The session's read-only snapshot is what the runs mounted; older sessions had none.
         _copy_lib(run.lib_dir if run.lib_dir.is_dir() else prepared.lib, destination / "lib")
@@ -187,7 +188,9 @@ def export_attempt(
             },
         )
         run_sh = destination / "run.sh"
-        run_sh.write_text(_run_script(attempt, spec, run.timeout, run.python))
+        run_sh.write_text(
+            _run_script(attempt, spec, run.timeout, run.python, writable=defaults.non_root)
+        )
         run_sh.chmod(0o755)
         (destination / "README.md").write_text(_readme(attempt, document, spec))
         size = _save_image(image, destination / IMAGE_FILE)
@@ -426,7 +429,11 @@ def _command(spec: ContainerSpec) -> list[str]:
     return words
 
 
-def _run_script(attempt: Attempt, spec: ContainerSpec, timeout: float | None, python: str) -> str:
+def _run_script(
+    attempt: Attempt, spec: ContainerSpec, timeout: float | None, python: str, *, writable: bool
+) -> str:
+    """`writable`: the image runs as a user other than root, which writes build_output/ into the
+    output directory as `run` lets it write into the run directory."""
     options = " \\\n    ".join(_docker_arguments(spec))
     command = " ".join(_command(spec))
     seconds = f"{timeout:g}" if timeout else ""
@@ -442,6 +449,7 @@ def _run_script(attempt: Attempt, spec: ContainerSpec, timeout: float | None, py
         owner_label=OWNER_LABEL,
         image_file=IMAGE_FILE,
         run_mount=RUN_MOUNT,
+        writable=_WRITABLE_OUT if writable else "",
     )
 
 
@@ -467,6 +475,8 @@ def _readme(attempt: Attempt, document: LedgerDocument, spec: ContainerSpec) -> 
         image_file=IMAGE_FILE,
     )
 
+
+_WRITABLE_OUT = '\nchmod 777 "$OUT"  # the image runs as a user other than root: it writes here'
 
 _RUN_SH = """\
 #!/bin/sh
@@ -510,7 +520,7 @@ cleanup() {{
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 rm -rf "$OUT"
-mkdir -p "$OUT"
+mkdir -p "$OUT"{writable}
 
 docker create --name "$NAME" \\
     {options} \\

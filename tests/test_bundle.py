@@ -24,7 +24,8 @@ from runner.containers import ContainerSpec, Mount
 from runner.execute import KIND_LABEL, LABEL, LIB_MOUNT, RUN_MOUNT
 from runner.sample.histories import Sample, SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
-from tests.fixtures.cli import Cli, Finish, cli
+from tests.fixtures.cli import BASE_IMAGE, Cli, Finish, cli
+from tests.fixtures.docker import build_from_text
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -197,6 +198,47 @@ def test_a_good_verdicts_bundle_reproduces_and_says_so_when_it_no_longer_holds(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "recorded verdict: good (pass)" in result.stdout
     assert "the verdict does NOT reproduce" in result.stdout
+    assert bundle_containers(docker_client) == []
+
+
+def test_a_bundle_of_an_image_that_runs_as_another_user_reproduces_its_verdict(
+    sample_factory, finished, bisect, tmp_path, docker_client
+):
+    """CANN images run as HwHiAiUser (`USER 1000`): run.sh made out/ for the caller alone, so
+    the example could not write build_output/ there (PermissionError, a skip that did not
+    reproduce). out/ is made writable for the image's user, as `run` makes the run directory."""
+    base = build_from_text(
+        docker_client,
+        f"FROM {BASE_IMAGE}\nUSER 1000\n",
+        {},
+        # Tagged: removing what was made on it would take an untagged parent with it.
+        tag=f"bisect-precision-test/user-1000-base:{os.getpid()}",
+        labels={"bisect-precision-test.user-1000": "1"},
+    )
+    try:
+        sample = sample_factory(EXPORTED)
+        exported = bisect_and_export(
+            finished, bisect, sample, tmp_path, culprit, "--base-image", base
+        )
+        assert exported.entry["verdict"] == "bad", exported.entry
+
+        result = run_bundle(exported.bundle)
+    finally:
+        made = [
+            found.id
+            for name in ("base-image", "base-image-id")
+            for found in docker_client.images.list(filters={"label": f"{LABEL}.{name}={base}"})
+        ]
+        for _ in range(2):  # test images before the layers they sit on
+            for name in [*made, base]:
+                with contextlib.suppress(docker.errors.APIError):
+                    docker_client.images.remove(name, force=True)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "new verdict:      bad (" in result.stdout
+    assert "the verdict reproduces" in result.stdout
+    generated = list((exported.bundle / "out" / "build_output").rglob("*"))
+    assert generated and {path.stat().st_uid for path in generated} == {1000}
     assert bundle_containers(docker_client) == []
 
 
