@@ -537,11 +537,21 @@ class _Layering:
         if result.exit_code == SHADOWED_EXIT and shadowed:
             top, where = [*shadowed, "-", "-"][:2]
             if where == "-":
+                # The layer installer writes only where the interpreter imports from, and says
+                # where; else pip installed it, as the image's pip is set up to.
+                ours = f" from {wheel.name} into "
+                into = next((ln for ln in result.output.splitlines() if ours in ln), "")
+                how = (
+                    f"the wheel is in {into.split(ours)[1]}, which it imports from, so something "
+                    "the image sets up (an import hook, a .pth file) hides it there"
+                    if into.startswith("installed ")
+                    else "pip put the wheel where that interpreter does not look; make pip there "
+                    f"install into a directory on `{self.python}`'s sys.path (look for a "
+                    "pip.conf, PIP_TARGET, PIP_PREFIX or PIP_USER in the image)"
+                )
                 return BadInput(
                     f"after installing the {package} wheel of {sha[:12]} into {self.base.image}, "
-                    f"`{self.python}` there cannot import {top}: the wheel went where that "
-                    "interpreter does not look; give --python the interpreter the image's "
-                    f"entrypoint runs (log: {log})"
+                    f"`{self.python}` there cannot import {top}: {how} (log: {log})"
                 )
             return BadInput(
                 f"{self.base.image} has its own {top} at {where}, which `{self.python}` imports "

@@ -6,8 +6,9 @@ A test image is the base image plus the commit's wheels, one committed layer eac
 `WHEEL_INSTALLER` instead: the wheel spec's install steps for the wheels this tool builds
 itself, into the interpreter's default scheme, where pip would put them. Whatever it does not
 handle (headers, an unreadable wheel, a distribution the image already has, which pip would
-uninstall first, a Python before 3.8) or fails at, it hands to pip with exit code 3: pip
-then installs over anything written, so the installer alone never makes a commit untestable.
+uninstall first, a Python before 3.8, a default scheme off the interpreter's path) or fails at,
+it hands to pip with exit code 3: pip then installs over anything written, so the installer
+alone never makes a commit untestable.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def tag_allowed(tag):
 
 
 def install(wheel):
-    import base64, compileall, csv, email.parser, hashlib, importlib.util, sysconfig, zipfile
+    import base64, compileall, csv, email.parser, hashlib, importlib.util, site, sysconfig
+    import zipfile
     import importlib.metadata as metadata  # Python 3.8 and later; pip before that
 
     archive = zipfile.ZipFile(wheel)
@@ -95,6 +97,17 @@ def install(wheel):
         raise ValueError(f"{name} is installed already: pip replaces it")
 
     paths = sysconfig.get_paths()
+    # Debian's and Ubuntu's Pythons before 3.10 patched distutils, which pip uses there, not
+    # sysconfig: its purelib, /usr/lib/python3.9/site-packages, is on no path (and its scripts
+    # and data are the distribution's /usr/bin and /usr, where pip writes /usr/local's). Only a
+    # scheme the interpreter imports from is written: its sys.path, or a site directory not
+    # made yet (pip removes an emptied one), which `site` puts there once it is. Scripts and
+    # data, which no path can vouch for, are that scheme's.
+    searched = {os.path.realpath(p) for p in sys.path if p not in ("", os.getcwd())}
+    searched.update(os.path.realpath(p) for p in site.getsitepackages() if not os.path.isdir(p))
+    for key in ("purelib", "platlib"):
+        if os.path.realpath(paths[key]) not in searched:
+            raise ValueError(f"sysconfig's {key} {paths[key]} is not on sys.path")
     pure = spec.get("Root-Is-Purelib", "").strip().lower() == "true"
     root = paths["purelib"] if pure else paths["platlib"]
     libraries = (paths["purelib"], paths["platlib"])

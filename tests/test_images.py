@@ -643,6 +643,125 @@ def test_a_base_image_with_its_own_copy_on_its_path_is_refused(
     assert "\n" not in said
 
 
+# Debian bullseye's Python 3.9 and Ubuntu 20.04's 3.8 on the base's Python: their sysconfig is
+# unpatched, so its default scheme puts libraries in /usr/lib/python3.X/site-packages, on no
+# path, while their pip uses distutils, which Debian did patch (/usr/local/lib/python3.X/
+# dist-packages).
+_BULLSEYE_SYSCONFIG = b"""\
+import sysconfig
+
+sysconfig.get_paths.__defaults__ = ("posix_prefix", None, True)
+sysconfig.get_path.__defaults__ = ("posix_prefix", None, True)
+sysconfig._PIP_USE_SYSCONFIG = False
+"""
+
+# An import hook of the image that hides the tested packages wherever they are installed.
+_HIDING_HOOK = b"""\
+import sys
+
+
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("pypto", "simpler"):
+            raise ModuleNotFoundError(name)
+
+
+sys.meta_path.insert(0, Hide())
+"""
+
+
+def _base_with_sitecustomize(
+    client: docker.DockerClient, base_image_id: str, name: str, sitecustomize: bytes, more: str
+) -> tuple[str, str]:
+    """A base of this test run whose Python runs `sitecustomize` at start-up; its tag and id."""
+    tag = f"bisect-precision-test/{name}-base:{RUN}"
+    dockerfile = (
+        f"FROM {base_image_id}\nCOPY sitecustomize.py /tmp/\n"
+        'RUN python3 -c "import shutil, sysconfig;'
+        " shutil.copy('/tmp/sitecustomize.py', sysconfig.get_path('stdlib'))\""
+        f" && rm /tmp/sitecustomize.py\n{more}"
+    )
+    return tag, _build_base(client, tag, dockerfile, {"sitecustomize.py": sitecustomize})
+
+
+@pytest.mark.docker
+def test_wheels_go_where_pip_puts_them_when_sysconfig_points_off_the_path(
+    docker_client: docker.DockerClient, base_image_id: str, wheels: Wheels, tmp_path: Path
+) -> None:
+    """A new user's run on Debian bullseye: the layer installer wrote the wheels into
+    sysconfig's /usr/lib/python3.9/site-packages, which python3 never looks in, and the run
+    stopped at the first image ("cannot import pypto"). Pip, which installs them into
+    /usr/local/lib/python3.9/dist-packages there, installs them now."""
+    base = _base_with_sitecustomize(
+        docker_client, base_image_id, "bullseye-like", _BULLSEYE_SYSCONFIG, ""
+    )
+
+    image = pair_image(
+        docker_client,
+        base,
+        ("pypto_1", wheels.pypto_1),
+        ("simpler", wheels.simpler),
+        tmp_path / "image.log",
+    )
+
+    code = "import simpler, pypto; print(simpler.__file__, pypto.__file__)"
+    found = run_in(docker_client, image.tag, code, tmp_path / "run.log").split()
+    assert [f.split("/")[:4] for f in found] == [["", "usr", "local", "lib"]] * 2, found
+    for package in ("pypto", "simpler"):
+        log = (tmp_path / f"image-{package}.log").read_text()
+        assert "site-packages is not on sys.path" in log, log
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("name", "sitecustomize", "more", "said"),
+    [
+        (
+            "pip-elsewhere",
+            _BULLSEYE_SYSCONFIG,
+            "RUN printf '[install]\\nprefix = /opt/elsewhere\\n' > /etc/pip.conf\n",
+            "pip put the wheel where that interpreter does not look; make pip there install "
+            "into a directory on `python3`'s sys.path",
+        ),
+        (
+            "hiding-hook",
+            _HIDING_HOOK,
+            "",
+            "dist-packages, which it imports from, so something the image sets up (an import "
+            "hook, a .pth file) hides it there",
+        ),
+    ],
+    ids=["pip-elsewhere", "hiding-hook"],
+)
+def test_a_wheel_its_python_cannot_import_stops_the_run_saying_who_put_it_where(
+    docker_client: docker.DockerClient,
+    base_image_id: str,
+    wheels: Wheels,
+    tmp_path: Path,
+    name: str,
+    sitecustomize: bytes,
+    more: str,
+    said: str,
+) -> None:
+    """The message told the user to give --python the entrypoint's interpreter, which it was
+    already: the layer installer or that interpreter's own pip installs the wheel, and that
+    interpreter looks for it."""
+    base = _base_with_sitecustomize(docker_client, base_image_id, name, sitecustomize, more)
+
+    with pytest.raises(BadInput) as raised:
+        pair_image(
+            docker_client,
+            base,
+            ("pypto_1", wheels.pypto_1),
+            ("simpler", wheels.simpler),
+            tmp_path / "image.log",
+        )
+
+    message = str(raised.value)
+    assert "`python3` there cannot import simpler: " in message, message
+    assert said in message and "--python" not in message, message
+
+
 def test_listing_images_goes_on_when_one_is_removed_while_it_is_listed() -> None:
     """`images.list` inspects each image it lists; a cleanup or prune elsewhere that removes one
     in between failed the listing, and with it a test's image lookup or `cleanup`."""
