@@ -357,6 +357,11 @@ _PIP_ENVIRONMENT = {
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     "PIP_NO_INPUT": "1",
     "PIP_ROOT_USER_ACTION": "ignore",
+    # Everything pip needs is on its command line: the image's pip.conf (`user = true`,
+    # `require-virtualenv`) would put the wheel where no run imports it, or refuse.
+    "PIP_CONFIG_FILE": "/dev/null",
+    "PIP_USER": "0",
+    "PIP_REQUIRE_VIRTUALENV": "0",
 }
 _LAYER_TIMEOUT_S = 1800.0
 # Owner labels mark the layering container (for the stale-container sweep); an image made from
@@ -823,15 +828,19 @@ def build_image(
 
 
 _DOCKER_EPILOGUE = re.compile(
-    r"^(The command .* returned a non-zero code|Removing intermediate container|Step \d+/\d+|"
-    r" ---> )"
+    r"^(?:ERROR: )?(The command .* returned a non-zero code|Removing intermediate container|"
+    r"Step \d+/\d+| ---> )"
 )
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _cause(lines: list[str]) -> str:
     """The line of a failed build that says why: the last one naming an error, not Docker's
     closing 'returned a non-zero code' (which only says that a step failed)."""
-    said = [line.strip() for line in lines if line.strip() and not _DOCKER_EPILOGUE.match(line)]
+    plain = [_COLOUR.sub("", line).strip() for line in lines]  # pip colours its errors
+    said = [line for line in plain if line and not _DOCKER_EPILOGUE.match(line)]
     errors = [line for line in said if "error" in line.lower()]
     return (errors or said or ["no output"])[-1]
 

@@ -1229,3 +1229,49 @@ def test_a_builders_tool_set_has_what_the_images_python_needs(tmp_path: Path) ->
     assert download("3.11") == before  # complete: not downloaded again
     tool_wheel(wheelhouse, "unrelated", "1.0")
     assert download("3.11") != before
+
+
+@pytest.mark.docker
+def test_the_base_images_pip_configuration_neither_moves_nor_refuses_the_build_tools(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """An image for a non-root user may say `user = true` in its pip.conf: the builder's tools
+    went to /root/.local, which no build (HOME=/tmp) imports, and every build failed for want of
+    setuptools. `require-virtualenv` refused the install outright."""
+    pip_conf = "[global]\nrequire-virtualenv = true\n[install]\nuser = true\n"
+    base_id = build_from_text(
+        docker_client,
+        f"FROM {base_image}\nCOPY pip.conf /etc/pip.conf\n",
+        {"pip.conf": pip_conf.encode()},
+        tag=f"bisect-precision-test/pip-conf-base:{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12]}",
+        labels={"bisect-precision-test.pip-conf": "1"},
+    )
+    provisioner = Provisioner(
+        docker_client,
+        base_image_id=base_id,
+        cache_root=tmp_path,
+        sources=PackageSources(wheelhouse=wheelhouse),
+    )
+    pyproject = '[build-system]\nrequires = ["setuptools"]\n'
+    resolution = provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+    made: list[str] = []
+    try:
+        builder = provisioner.builder(resolution, "pypto aaaaaaaaaaaa")
+        made.append(builder.image_id)
+        found = run_container(
+            docker_client,
+            ContainerSpec(
+                image=builder.image_id,
+                command=["python3", "-c", "import setuptools; print(setuptools.__file__)"],
+                environment={"HOME": "/tmp"},  # as builds run
+                labels={LABEL: "1"},
+            ),
+            log_path=tmp_path / "where.log",
+            timeout=60,
+        )
+        assert found.exit_code == 0, found.output
+        assert "/.local/" not in found.output, found.output
+    finally:
+        for image_id in [*made, base_id]:
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.images.remove(image_id, force=True)

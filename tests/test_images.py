@@ -501,6 +501,19 @@ def test_a_failed_image_build_is_summed_up_by_its_error_not_dockers_epilogue():
     assert _cause(["Step 1/2 : FROM base", "exec format error"]) == "exec format error"
     assert _cause(["Step 1/2 : FROM base", "killed"]) == "killed"
     assert _cause([]) == "no output"
+    # As the stream gives Docker's epilogue: an error chunk, written with "ERROR: " in front.
+    # The one line said "ERROR: The command '...python3 /tmp/bisect-build-wheels/pip-25..." cut
+    # short, and the cause was only in the log.
+    streamed = [
+        "Step 4/5 : RUN python3 /tmp/bisect-build-wheels/pip-25.3-py3-none-any.whl/pip install",
+        " ---> Running in 0123456789ab",
+        "Traceback (most recent call last):",
+        "ModuleNotFoundError: No module named 'distutils.cmd'",
+        "\x1b[91mERROR: The command '/bin/sh -c pip install' returned a non-zero code: 1",
+    ]
+    assert _cause(streamed) == "ModuleNotFoundError: No module named 'distutils.cmd'"
+    coloured = ["\x1b[91mERROR: Could not find an activated virtualenv (required).\x1b[0m"]
+    assert _cause(coloured) == "ERROR: Could not find an activated virtualenv (required)."
 
 
 # What the layering container runs, file for file against pip: a console script (wheel), a
@@ -691,9 +704,18 @@ def test_wheels_go_where_pip_puts_them_when_sysconfig_points_off_the_path(
     """A new user's run on Debian bullseye: the layer installer wrote the wheels into
     sysconfig's /usr/lib/python3.9/site-packages, which python3 never looks in, and the run
     stopped at the first image ("cannot import pypto"). Pip, which installs them into
-    /usr/local/lib/python3.9/dist-packages there, installs them now."""
+    /usr/local/lib/python3.9/dist-packages there, installs them now, whatever the image's
+    pip.conf says: everything pip needs is on its command line."""
+    pip_conf = (
+        "[global]\\nrequire-virtualenv = true\\n"
+        "[install]\\nuser = true\\nprefix = /opt/elsewhere\\n"
+    )
     base = _base_with_sitecustomize(
-        docker_client, base_image_id, "bullseye-like", _BULLSEYE_SYSCONFIG, ""
+        docker_client,
+        base_image_id,
+        "bullseye-like",
+        _BULLSEYE_SYSCONFIG,
+        f"RUN printf '{pip_conf}' > /etc/pip.conf\n",
     )
 
     image = pair_image(
@@ -719,7 +741,7 @@ def test_wheels_go_where_pip_puts_them_when_sysconfig_points_off_the_path(
         (
             "pip-elsewhere",
             _BULLSEYE_SYSCONFIG,
-            "RUN printf '[install]\\nprefix = /opt/elsewhere\\n' > /etc/pip.conf\n",
+            "ENV PIP_PREFIX=/opt/elsewhere\n",  # (a pip.conf saying so is ignored)
             "pip put the wheel where that interpreter does not look; make pip there install "
             "into a directory on `python3`'s sys.path",
         ),
