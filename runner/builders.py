@@ -79,7 +79,8 @@ Echo = Callable[[str], None]
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 BUILDER_KIND = "builder"
 KEY_LABEL = f"{LABEL}.builder-key"
-_RECIPE_VERSION = 1
+# Bumped when builder.Dockerfile.j2 changes what a builder holds: 2, pip's config ignored.
+_RECIPE_VERSION = 2
 _TEMPLATE = "builder.Dockerfile.j2"
 _WHEELS_IN_IMAGE = "/tmp/bisect-build-wheels"
 _INDEX_TIMEOUT = 30.0
