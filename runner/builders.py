@@ -56,7 +56,7 @@ from packaging.version import InvalidVersion, Version
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
-from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
+from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, image_defaults, run_container
 from runner.images import (
     BuildCutter,
     base_entrypoint,
@@ -79,10 +79,35 @@ Echo = Callable[[str], None]
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 BUILDER_KIND = "builder"
 KEY_LABEL = f"{LABEL}.builder-key"
-# Bumped when builder.Dockerfile.j2 changes what a builder holds: 2, pip's config ignored.
-_RECIPE_VERSION = 2
+# Bumped when a builder holds something else: 2, pip's config ignored; 3, the tools' programs on
+# PATH and the image's own pip-installed copies of them removed first.
+_RECIPE_VERSION = 3
 _TEMPLATE = "builder.Dockerfile.j2"
 _WHEELS_IN_IMAGE = "/tmp/bisect-build-wheels"
+# The provisioned tools' programs (ccache, cmake, ninja), linked where every build finds them:
+# pip puts them in the interpreter's scripts directory, which need not be on the image's PATH
+# (a CANN Python under /usr/local/python3.12), and builds call ccache by name.
+_TOOLS_BIN = "/opt/bisect-build-tools/bin"
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the engine's
+_LINK_TOOLS = f"""
+import os, sys
+try:
+    import importlib.metadata as metadata
+except ImportError:  # before 3.8: PATH as the image has it
+    sys.exit(0)
+os.makedirs({_TOOLS_BIN!r}, exist_ok=True)
+for name in sys.argv[1:]:
+    try:
+        found = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    for file in found.files or []:
+        path = os.path.normpath(str(found.locate_file(file)))
+        link = os.path.join({_TOOLS_BIN!r}, os.path.basename(path))
+        is_program = os.path.basename(os.path.dirname(path)) == "bin"
+        if is_program and os.access(path, os.X_OK) and not os.path.lexists(link):
+            os.symlink(path, link)
+"""
 _INDEX_TIMEOUT = 30.0
 _JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
@@ -1297,13 +1322,26 @@ class Provisioner:
             f"{LABEL}.python": self.python,
             f"{LABEL}.build-tools": " ".join(installed(resolution.pins, names)),
         }
+        distributions = sorted({name.split("-")[0] for name in names})
+        # A tool the image has from pip already (`pip install -U setuptools` in its Dockerfile)
+        # goes first: installed over, a newer copy's files stayed beside the picked release's
+        # (setuptools 69 importing 84's vendored jaraco). A distribution's own copy, which pip
+        # cannot remove, lies in another directory, after the one pip installs into.
+        uninstall = (
+            f"for d in {' '.join(distributions)}; do "
+            f'{pip} uninstall -y -q "$d" >/dev/null 2>&1 || true; done;'
+        )
         install = " ".join(
             [
+                uninstall,
                 f"{pip} install --no-index --no-deps --no-cache-dir --ignore-installed",
                 *(shlex.quote(f"{_WHEELS_IN_IMAGE}/{name}") for name in names),
+                f"&& {self.python} -c {shlex.quote(_LINK_TOOLS)}",
+                *distributions,
                 f"&& rm -rf {_WHEELS_IN_IMAGE}",
             ]
         )
+        base_path = image_defaults(self.client, self.base_image_id).path
         dockerfile = render_template(
             _TEMPLATE,
             base_image_ref=self.base_image_id,
@@ -1313,6 +1351,7 @@ class Provisioner:
             entrypoint_run=json.dumps([*self.entrypoint, "/bin/sh", "-c", install]),
             labels=labels,
             base_user=base_user(self.client, self.base_image_id, self.base_image_id),
+            tools_path=f"{_TOOLS_BIN}:{base_path or _DEFAULT_PATH}",
         )
         if self.echo:
             self.echo(f"building a builder image with {' '.join(resolution.pins)}")

@@ -330,6 +330,7 @@ class ImageDefaults:
 
     user: str = ""  # its USER: CANN images may run as HwHiAiUser
     python_path: str = ""  # its ENV PYTHONPATH (CANN's Python paths, where set there)
+    path: str = ""  # its ENV PATH ("" when it sets none: the engine's default then)
 
     @property
     def non_root(self) -> bool:
@@ -342,7 +343,9 @@ def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
     except docker.errors.DockerException as exc:
         raise InfrastructureError(f"cannot inspect the test image {image[:19]}: {exc}") from exc
     variables = dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v)
-    return ImageDefaults(config.get("User") or "", variables.get("PYTHONPATH", ""))
+    return ImageDefaults(
+        config.get("User") or "", variables.get("PYTHONPATH", ""), variables.get("PATH", "")
+    )
 
 
 def example_container(run: ExampleRun, image: ImageDefaults | None = None) -> ContainerSpec:

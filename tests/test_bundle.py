@@ -25,7 +25,7 @@ from runner.execute import KIND_LABEL, LABEL, LIB_MOUNT, RUN_MOUNT
 from runner.sample.histories import Sample, SampleSpec
 from runner.sample.packages import EXAMPLE_PATH
 from tests.fixtures.cli import BASE_IMAGE, Cli, Finish, cli
-from tests.fixtures.docker import build_from_text
+from tests.fixtures.docker import build_from_text, remove_with_what_was_made_on_it
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -224,15 +224,7 @@ def test_a_bundle_of_an_image_that_runs_as_another_user_reproduces_its_verdict(
 
         result = run_bundle(exported.bundle)
     finally:
-        made = [
-            found.id
-            for name in ("base-image", "base-image-id")
-            for found in docker_client.images.list(filters={"label": f"{LABEL}.{name}={base}"})
-        ]
-        for _ in range(2):  # test images before the layers they sit on
-            for name in [*made, base]:
-                with contextlib.suppress(docker.errors.APIError):
-                    docker_client.images.remove(name, force=True)
+        remove_with_what_was_made_on_it(docker_client, base)
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "new verdict:      bad (" in result.stdout
