@@ -937,13 +937,13 @@ def _choose(
         )
     releases = [r for r in fitting if r.runs_on(python)]
     if fitting and not releases:  # every one has dropped the image's Python
-        supply = "add an older release to the wheelhouse" if sources.wheelhouse else "pin one"
+        source = "the wheelhouse" if sources.wheelhouse else "the package index"
         raise BadInput(
             f"{where}: no release of {name} that satisfies the build requirement "
             f"{str(requirement)!r} runs on the base image's Python "
             f"{python.removesuffix('.0') if python else '?'} (newest: {fitting[-1].version}, "
-            f"which requires Python {fitting[-1].requires_python}); {supply} with build_pins "
-            "(--build-pin) or add one that supports it"
+            f"which requires Python {fitting[-1].requires_python}); add one that does to "
+            f"{source}, or build on a base image with a newer Python"
         )
     if not releases:
         where_from = (

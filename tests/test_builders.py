@@ -1144,7 +1144,10 @@ def test_a_tool_release_that_dropped_the_images_python_is_passed_over(tmp_path: 
         "no release of setuptools that satisfies the build requirement 'setuptools' runs on "
         "the base image's Python 3.9 (newest: 84.2.1, which requires Python >=3.10)" in message
     )
-    assert "add an older release to the wheelhouse" in message and "\n" not in message
+    assert "add one that does to the wheelhouse, or build on a base image with a newer Python" in (
+        message
+    )
+    assert "\n" not in message
 
 
 def test_a_simple_html_index_says_requires_python_in_its_anchors() -> None:
