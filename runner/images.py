@@ -630,16 +630,15 @@ class BuildCutter:
         held: list[socket.socket] = []
 
         def started() -> None:
-            for response in sink.responses[-1:]:  # the build request itself
-                sock = _response_socket(response)
-                if sock is None:
-                    continue
-                with self._lock:
-                    self._open.add(sock)
-                    held.append(sock)
-                    if self._stopped.is_set():
-                        _hang_up(sock)
-            sink.responses = None
+            responses, sink.responses = sink.responses, None
+            sock = _response_socket(responses[-1]) if responses else None  # the build's own
+            if sock is None:
+                return
+            with self._lock:
+                self._open.add(sock)
+                held.append(sock)
+                if self._stopped.is_set():
+                    _hang_up(sock)
 
         try:
             if self._stopped.is_set():
