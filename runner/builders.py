@@ -56,11 +56,11 @@ from packaging.version import InvalidVersion, Version
 from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
-from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, image_defaults, run_container
+from runner.execute import ENGINE_ERRORS, KIND_LABEL, LABEL, run_container
 from runner.images import (
     BuildCutter,
     base_entrypoint,
-    base_user,
+    base_user_and_path,
     build_image,
     list_images,
     render_template,
@@ -1314,13 +1314,14 @@ class Provisioner:
             if bootstrap is None:
                 raise BadInput("the base image has no pip and no pip wheel could be provisioned")
             pip = f"{self.python} {_WHEELS_IN_IMAGE}/{bootstrap}/pip"
+        tools = " ".join(installed(resolution.pins, names))
         labels = {
             LABEL: "1",
             KIND_LABEL: BUILDER_KIND,
             KEY_LABEL: key,
             f"{LABEL}.base-image-id": self.base_image_id,
             f"{LABEL}.python": self.python,
-            f"{LABEL}.build-tools": " ".join(installed(resolution.pins, names)),
+            f"{LABEL}.build-tools": tools,
         }
         distributions = sorted({name.split("-")[0] for name in names})
         # A tool the image has from pip already (`pip install -U setuptools` in its Dockerfile)
@@ -1341,7 +1342,7 @@ class Provisioner:
                 f"&& rm -rf {_WHEELS_IN_IMAGE}",
             ]
         )
-        base_path = image_defaults(self.client, self.base_image_id).path
+        user, base_path = base_user_and_path(self.client, self.base_image_id)
         dockerfile = render_template(
             _TEMPLATE,
             base_image_ref=self.base_image_id,
@@ -1350,11 +1351,11 @@ class Provisioner:
             entrypoint=self.entrypoint,
             entrypoint_run=json.dumps([*self.entrypoint, "/bin/sh", "-c", install]),
             labels=labels,
-            base_user=base_user(self.client, self.base_image_id, self.base_image_id),
+            base_user=user,
             tools_path=f"{_TOOLS_BIN}:{base_path or _DEFAULT_PATH}",
         )
         if self.echo:
-            self.echo(f"building a builder image with {' '.join(resolution.pins)}")
+            self.echo(f"building a builder image with {tools}")
         context = Path(tempfile.mkdtemp(prefix="bisect-builder-"))
         try:
             shutil.copytree(
@@ -1367,7 +1368,7 @@ class Provisioner:
                 context,
                 tag=builder_tag(key),
                 log_path=self.root / "logs" / f"{key[:16]}.log",
-                what=f"the builder image ({' '.join(resolution.pins)})",
+                what=f"the builder image ({tools})",
                 cutter=self._cutter,
             )
         finally:

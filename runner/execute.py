@@ -341,7 +341,8 @@ def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
     try:
         config = client.images.get(image).attrs.get("Config") or {}
     except docker.errors.DockerException as exc:
-        raise InfrastructureError(f"cannot inspect the test image {image[:19]}: {exc}") from exc
+        shown = image[:19] if image.startswith("sha256:") else image
+        raise InfrastructureError(f"cannot inspect image {shown}: {exc}") from exc
     variables = dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v)
     return ImageDefaults(
         config.get("User") or "", variables.get("PYTHONPATH", ""), variables.get("PATH", "")

@@ -194,9 +194,11 @@ def find_test_image(
     return found[0].id if found else None
 
 
-def base_user(client: docker.DockerClient, base_image: str, base_image_id: str) -> str | None:
-    """The base image's USER when it is not root (pip installs as root, then it is restored)."""
-    return _non_root(_base_config(client, base_image, base_image_id).user)
+def base_user_and_path(client: docker.DockerClient, base_image_id: str) -> tuple[str | None, str]:
+    """The base image's USER when it is not root (pip installs as root, then it is restored),
+    and the PATH its config sets ("" for none), from one inspection."""
+    config = _base_config(client, base_image_id, base_image_id)
+    return _non_root(config.user), config.path
 
 
 def base_entrypoint(client: docker.DockerClient, image_id: str) -> list[str]:
@@ -390,6 +392,7 @@ class _BaseConfig:
     cmd: list[str] | None
     user: str
     labels: dict[str, str]
+    path: str  # the PATH its Env sets, "" for none
 
 
 def _base_config(client: docker.DockerClient, base_image: str, base_image_id: str) -> _BaseConfig:
@@ -409,6 +412,9 @@ def _base_config(client: docker.DockerClient, base_image: str, base_image_id: st
         cmd=list(config["Cmd"]) if config.get("Cmd") else None,
         user=config.get("User") or "",
         labels=dict(config.get("Labels") or {}),
+        path=next(
+            (v.split("=", 1)[1] for v in config.get("Env") or [] if v.startswith("PATH=")), ""
+        ),
     )
 
 

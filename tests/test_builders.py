@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -774,12 +775,14 @@ def test_two_runs_sharing_a_cache_make_a_builder_image_once(
             base_image_id=base_id,
             cache_root=tmp_path,
             sources=PackageSources(wheelhouse=wheelhouse),
+            pins=[BuildPin(requirements=["wheel"])],  # added by a pin, with no version
             echo=said.append,
         )
         for _ in range(2)
     ]
     pyproject = '[build-system]\nrequires = ["setuptools"]\n'
     resolution = runs[0].resolve("pypto", "a" * 40, pyproject, when("2026-01-01"))
+    assert "wheel" in resolution.pins
     runs[0].download(resolution, "x")  # both start at the image, where the race was
     try:
         with ThreadPoolExecutor(2) as pool:
@@ -790,6 +793,9 @@ def test_two_runs_sharing_a_cache_make_a_builder_image_once(
         made = docker_client.images.list(filters={"label": f"{LABEL}.base-image-id={base_id}"})
         assert [image.id for image in made] == [builders[0].image_id]
         assert "waiting for another run making the builder image for pypto aaaa" in said
+        # the line names the version that went in, as `builder ls` does, not the bare pin
+        [building] = [s for s in said if s.startswith("building a builder image with ")]
+        assert re.search(r"\bwheel==\d", building), building
     finally:
         for image in docker_client.images.list(
             filters={"label": f"{LABEL}.base-image-id={base_id}"}
