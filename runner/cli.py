@@ -24,7 +24,7 @@ from typer.core import TyperArgument
 from typer.main import get_command
 
 from runner import __version__
-from runner.config import load_settings
+from runner.config import ENV_PREFIX, load_settings
 from runner.errors import (
     STOP_SIGNALS,
     BadInput,
@@ -298,9 +298,31 @@ def main(
     ] = False,
 ) -> None:
     _DEBUG["on"] = debug
+    _refuse_undecodable()
     # Every command: `reproduce` and `export` leave a container or half a bundle when stopped
     # mid-way otherwise, and a CI job's cancel or `timeout` sends SIGTERM, not Ctrl-C.
     _interrupt_on_sigterm()
+
+
+def _refuse_undecodable() -> None:
+    """An argument or setting that is not UTF-8 (a path with a Latin-1 byte) cannot go into
+    the ledger's JSON nor to the Docker Engine: said before anything is made, not as an
+    unexpected error half-way into a new workdir."""
+    given = [("argument ", text) for text in sys.argv[1:]]
+    given += [(f"{name}=", v) for name, v in os.environ.items() if name.startswith(ENV_PREFIX)]
+    for what, text in given:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(text).decode("utf-8", "backslashreplace")
+            said = (
+                f"{what}{shown} is not valid UTF-8: the ledger (JSON) and the Docker Engine "
+                "take UTF-8 paths only; rename it or use another path"
+            )
+            ERR.print(f"error: {said}", markup=False)
+            if "--json" in sys.argv[1:]:  # `run --json` answers on stdout too (_json_error)
+                OUT.print_json(data={"error": said, "exit_code": BadInput.exit_code})
+            raise typer.Exit(BadInput.exit_code) from None
 
 
 WorkdirOpt = Annotated[

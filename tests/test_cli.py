@@ -235,6 +235,21 @@ def test_a_corrupt_ledger_read_by_another_command_points_at_run_to_start_over(tm
     assert ledger.read_text() == "{ not json"
 
 
+def test_a_path_that_is_not_utf8_is_bad_input_before_a_workdir_is_made(sample, tmp_path):
+    """A Latin-1 byte in a path reached the ledger's JSON and Docker's API: exit 4 with an
+    unexpected UnicodeEncodeError, and a half-made workdir left behind."""
+    workdir = os.fsdecode(bytes(tmp_path) + b"/w\xff")
+    result = cli(*args_with(sample, tmp_path, workdir=workdir), "--json")
+
+    assert_one_line_error(result, 2, "argument ", "/w\\xff is not valid UTF-8")
+    assert result.json()["exit_code"] == 2
+    assert not os.path.exists(workdir)
+
+    cache = os.fsdecode(bytes(tmp_path) + b"/c\xe9")
+    result = cli("status", "--workdir", str(tmp_path), env={"BISECT_PRECISION_CACHE": cache})
+    assert_one_line_error(result, 2, "BISECT_PRECISION_CACHE=", "/c\\xe9 is not valid UTF-8")
+
+
 @pytest.mark.parametrize("command", [["status"], ["report"], ["log"], ["reproduce", "001"]])
 def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path, command):
     (tmp_path / "w").write_text("")
