@@ -600,7 +600,12 @@ class SourceExporter:
                 f"source unavailable: submodule {repo.display} commit {sha[:12]} is neither in "
                 f"the local checkout ({repo.modules_hint}) nor in {clones}, the "
                 f"{'clone' if len(given) == 1 else 'clones'} given for it; fetch it into one "
-                "of them, or give a clone that has it",
+                "of them, or give a clone that has it"
+                + (
+                    ""
+                    if repo.display == self._runtime
+                    else f", or --omit-submodule {repo.display} if the build does not need it"
+                ),
                 submodule=repo.display,
             )
         if repo.display == self._runtime:

@@ -518,6 +518,13 @@ def test_a_nested_submodule_is_named_omitted_and_sourced_by_its_path_from_the_to
     assert list((alone.dest / ISA_PATH).iterdir()) == []
     exporter.check("HEAD", skip=[NESTED_ISA])
 
+    # ... also when a clone given for it lacks the commit too (the real libbacktrace pin) ...
+    wrong = SourceExporter(checkout, tmp_path / "cache3", {NESTED_ISA: [sample.lib]})
+    with pytest.raises(SourceUnavailable) as caught:
+        wrong.export("HEAD", tmp_path / "wrong")
+    assert f"nor in {sample.lib}, the clone given for it" in str(caught.value)
+    assert f"--omit-submodule {NESTED_ISA} if the build" in str(caught.value)
+
     # ... and another clone given for that path supplies its objects to both.
     sourced = SourceExporter(checkout, tmp_path / "cache2", {NESTED_ISA: [sample.mirrors["isa"]]})
     result = sourced.export_submodule(RUNTIME_PATH, simpler, tmp_path / "sourced")
