@@ -748,6 +748,11 @@ def _load(path: Path) -> LedgerDocument:
         raise LedgerError(
             f"ledger {path} is not valid JSON ({exc}); {untouched}: {_start_over(path)}"
         ) from exc
+    except RecursionError as exc:  # arrays nested thousands deep: nothing the tool wrote
+        raise LedgerError(
+            f"ledger {path} is not a ledger (JSON nested too deep to read); {untouched}: "
+            f"{_start_over(path)}"
+        ) from exc
     if not isinstance(data, dict) or data.get("tool") != TOOL_NAME:
         tool = data.get("tool") if isinstance(data, dict) else None
         who = f"it says tool={tool!r}" if tool is not None else "it has no 'tool' field"

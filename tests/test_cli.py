@@ -225,14 +225,17 @@ def test_a_corrupt_or_foreign_ledger_is_refused_and_left_untouched(
 
 
 @pytest.mark.parametrize("command", [["status"], ["report"], ["log"], ["reproduce", "001"]])
-def test_a_corrupt_ledger_read_by_another_command_points_at_run_to_start_over(tmp_path, command):
+@pytest.mark.parametrize("text", ["{ not json", "[" * 100_000], ids=["cut", "nested"])
+def test_a_corrupt_ledger_read_by_another_command_points_at_run_to_start_over(
+    tmp_path, command, text
+):
     ledger = tmp_path / "ledger.json"
-    ledger.write_text("{ not json")
+    ledger.write_text(text)
 
     result = cli(*command, "--workdir", str(tmp_path))
 
     assert_one_line_error(result, 2, "start over with `run ... --new-session`")
-    assert ledger.read_text() == "{ not json"
+    assert ledger.read_text() == text
 
 
 def test_a_path_that_is_not_utf8_is_bad_input_before_a_workdir_is_made(sample, tmp_path):
