@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
@@ -44,6 +45,8 @@ def tree_digest(root: Path, exclude: Collection[Path] = ()) -> str:
                 if path.is_symlink():
                     digest.update(f"L {rel}\0{os.readlink(path)}\0".encode())
                     continue
+                if _special(path):
+                    continue
                 executable = os.access(path, os.X_OK)
                 digest.update(f"F {rel}\0{int(executable)}\0".encode())
                 with path.open("rb") as handle:
@@ -53,6 +56,15 @@ def tree_digest(root: Path, exclude: Collection[Path] = ()) -> str:
                 raise InfrastructureError(f"cannot read {path}: {exc}") from exc
             digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _special(path: Path) -> bool:
+    """A named pipe, socket or device node: no example's input, and opening a pipe that no
+    process writes waits for ever. Left out of the digest and the snapshot."""
+    try:
+        return not stat.S_ISREG(path.lstat().st_mode) and not path.is_dir()
+    except OSError:
+        return False
 
 
 def _inside(root: Path, paths: Collection[Path]) -> frozenset[Path]:
@@ -74,7 +86,7 @@ def snapshot(lib: Path, digest: str, workdir: Path, exclude: Collection[Path] = 
     def ignore(directory: str, names: list[str]) -> set[str]:
         here = Path(directory)
         return set(patterns(directory, names)) | {
-            n for n in names if (here / n).resolve() in skipped
+            n for n in names if (here / n).resolve() in skipped or _special(here / n)
         }
 
     try:

@@ -170,6 +170,20 @@ def _script(lib: Path, script: str | None, given_as: str = "--script") -> str:
         raise BadInput(f"{given_as} {script}: give a path inside --lib, relative to it")
     if not (lib / relative).is_file():
         raise BadInput(f"{given_as} {script}: no such file in {lib}")
+    # The runs see a copy of --lib alone, at another path: a link out of it, or one by an
+    # absolute path, points at nothing there (every test would be a skip).
+    path = lib / relative
+    target = path.resolve()
+    if not target.is_relative_to(lib.resolve()):
+        raise BadInput(
+            f"{given_as} {script}: a link to {target}, outside --lib, which the runs do not "
+            "see; copy the example into --lib"
+        )
+    if path.is_symlink() and os.path.isabs(os.readlink(path)):
+        raise BadInput(
+            f"{given_as} {script}: a link by the absolute path {os.readlink(path)}, which the "
+            "runs do not see (--lib is mounted elsewhere); make the link relative"
+        )
     return relative.as_posix()
 
 

@@ -19,7 +19,9 @@ import docker.errors
 import pytest
 import requests
 
+from runner.prepare import _script
 from runner.sample.histories import Sample, SampleSpec
+from runner.sample.packages import EXAMPLE_PATH
 from tests.fixtures.cli import cli, run_args
 from tests.fixtures.samples import SMALL
 
@@ -236,6 +238,24 @@ def test_a_corrupt_ledger_read_by_another_command_points_at_run_to_start_over(
 
     assert_one_line_error(result, 2, "start over with `run ... --new-session`")
     assert ledger.read_text() == text
+
+
+def test_an_example_linked_from_outside_the_lib_or_by_absolute_path_is_refused(sample, tmp_path):
+    """The runs see a copy of --lib mounted elsewhere: such a link points at nothing there,
+    and every test was recorded as a skip (exit 3)."""
+    lib = tmp_path / "lib"
+    shutil.copytree(sample.lib, lib, symlinks=True)
+    outside = tmp_path / "example.py"
+    outside.write_text("print('[RUN] PASS')\n")
+    (lib / "out.py").symlink_to(outside)
+    (lib / "abs.py").symlink_to(lib / EXAMPLE_PATH)
+    (lib / "rel.py").symlink_to(EXAMPLE_PATH)
+
+    for name, fragment in (("out.py", "outside --lib"), ("abs.py", "make the link relative")):
+        result = cli(*args_with(sample, tmp_path, lib=str(lib), script=name))
+        assert_one_line_error(result, 2, f"--script {name}: a link", fragment)
+    assert not (tmp_path / "work" / "ledger.json").exists()
+    assert _script(lib, "rel.py") == "rel.py"
 
 
 def test_a_path_that_is_not_utf8_is_bad_input_before_a_workdir_is_made(sample, tmp_path):

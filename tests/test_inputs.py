@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -60,3 +61,15 @@ def test_a_workdir_and_cache_inside_pypto_lib_are_no_part_of_it(tmp_path: Path) 
     assert sorted(p.name for p in made.iterdir()) == ["models"]
     assert snapshot(lib, digest, workdir, (cache,)) == made
     assert tree_digest(lib) != digest  # without the exclusions they would count
+
+
+def test_a_named_pipe_in_the_tree_is_left_out_instead_of_waited_on(tmp_path: Path) -> None:
+    """Opening a pipe no process writes to waits for ever: `run` sat at "starting"."""
+    lib = _tree(tmp_path / "lib")
+    digest = tree_digest(lib)
+    os.mkfifo(lib / "models" / "pipe")
+
+    assert tree_digest(lib) == digest
+    made = snapshot(lib, digest, tmp_path / "work")
+    assert not (made / "models" / "pipe").exists()
+    assert tree_digest(made) == digest
