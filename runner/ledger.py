@@ -457,14 +457,23 @@ class Ledger:
         wall_s = round(time.monotonic() - self._invocation, 3)
         return [*invocations, Invocation(started_at=self._invocation_at, wall_s=wall_s)]
 
-    def abandon_invocation(self) -> None:
+    def abandon_invocation(self) -> Path | None:
         """Forget this invocation: it stopped on bad input before it tested anything, so it
         is not part of the session (its wall time included). A ledger this invocation created
         goes too: it would hold the workdir for the rejected inputs, and the corrected command
-        would be told the workdir belongs to another session."""
+        would be told the workdir belongs to another session. So does a `--new-session` one:
+        the earlier session's ledger is put back, and its backup's path returned (the caller
+        puts back the files that went with it)."""
         self._invocation = None
-        if self._created and not self._document.attempts:
+        if self._document.attempts:
+            return None
+        if self._created:
             self._path.unlink(missing_ok=True)
+        if self.backup is None:
+            return None
+        backup, self.backup = self.backup, None
+        os.replace(backup, self._path)
+        return backup
 
     def finish_invocation(self) -> float:
         """Add this invocation's wall time to the session's and persist it; returns it.

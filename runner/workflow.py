@@ -9,6 +9,7 @@ attempt again, both with the wiring here. What a report shows beyond the ledger 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -319,6 +320,26 @@ def _save_settings(workdir: Path, settings: Settings) -> None:
     write_text_atomic(workdir / SETTINGS_NAME, settings.model_dump_json(indent=2) + "\n")
 
 
+def _abandon(ledger: Ledger, workdir: Path) -> None:
+    """An invocation stopped on bad input before its first test: a `--new-session` that the
+    input stopped leaves the earlier session in place, its settings and reports too."""
+    backup = ledger.abandon_invocation()
+    if backup is None:
+        return
+    saved = session_copy(backup, SETTINGS_NAME)
+    if saved.exists():
+        os.replace(saved, workdir / SETTINGS_NAME)
+    else:
+        (workdir / SETTINGS_NAME).unlink(missing_ok=True)
+    folder = session_folder(workdir, backup)
+    for name in (*REPORT_FILES, RETHRESHOLD_DIR, "reproductions"):
+        if (folder / name).exists():
+            os.replace(folder / name, workdir / name)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+        folder.parent.rmdir()  # only when no earlier session keeps a folder there
+
+
 def _keep_earlier_session(workdir: Path, backup: Path) -> None:
     """The earlier session's settings.json goes beside its backup ledger, for `--session`; its
     reports and reproductions go to that session's folder, where `report --session` and
@@ -465,7 +486,7 @@ def run_bisect(
             )
         except BisectError as exc:
             if exc.exit_code == 2:
-                ledger.abandon_invocation()
+                _abandon(ledger, workdir)
             raise
         session = make_session(
             prepared.history,
@@ -512,7 +533,7 @@ def run_bisect(
             tester.close(cancel=True)
             bad_input = isinstance(exc, BisectError) and exc.exit_code == 2
             if bad_input and len(ledger.document.attempts) == recorded:
-                ledger.abandon_invocation()
+                _abandon(ledger, workdir)
             if not isinstance(exc, EndpointFailure):
                 raise
             failure = exc

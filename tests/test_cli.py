@@ -528,6 +528,17 @@ def test_a_new_session_in_the_same_workdir_leaves_every_file_of_the_earlier_one_
     assert cli("reproduce", judged[0]["run_id"], "--workdir", str(workdir)).returncode == 0
     assert (workdir / "reproductions").is_dir()
     first_report = (workdir / "report.json").read_bytes()
+    settings = (workdir / "settings.json").read_bytes()
+
+    # A new session that its input stops late (the image probed, after the ledger was moved
+    # aside) leaves the earlier one as the workdir's: its ledger, settings and reports.
+    refused = cli(*args, "--new-session", "--python", "nosuchpython")
+    assert_one_line_error(refused, 2, "nosuchpython")
+    assert ledger.read_bytes() == before
+    assert (workdir / "settings.json").read_bytes() == settings
+    assert (workdir / "report.json").read_bytes() == first_report
+    assert (workdir / "reproductions").is_dir()
+    assert not list(workdir.glob("*.bak")) and not (workdir / "sessions").exists()
 
     second = cli(*args, "--new-session", "--json")
     assert second.returncode == 0, second.stderr
