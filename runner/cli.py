@@ -132,12 +132,13 @@ class _App(typer.Typer):
             code = command.main(
                 args=argv, prog_name="bisect-precision-docker", standalone_mode=False
             )
-        except _click.exceptions.UsageError as exc:
-            hint = " (see --help)"
-            ERR.print(f"error: {exc.format_message()}{hint}")
-            sys.exit(2)
         except _click.exceptions.ClickException as exc:
-            ERR.print(f"error: {exc.format_message()}")
+            said = exc.format_message()
+            if isinstance(exc, _click.exceptions.UsageError):
+                said += " (see --help)"
+            ERR.print(f"error: {said}")
+            if _answers_in_json(argv):  # a typo in a flag is an answer too
+                OUT.print_json(data={"error": said, "exit_code": exc.exit_code})
             sys.exit(exc.exit_code)
         except typer.Abort:
             if _PIPE["closed"]:
@@ -149,6 +150,12 @@ class _App(typer.Typer):
             # interrupt 130, but the cause is the reader or the disk.
             code = _PIPE["code"]
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _answers_in_json(argv: list[str]) -> bool:
+    """`run ... --json`, which always answers on stdout, even when its flags do not parse."""
+    words = [a for a in argv if not a.startswith("-")]
+    return bool(words) and words[0] == "run" and "--json" in argv
 
 
 def _no_argument_types(command: Any) -> None:

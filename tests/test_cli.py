@@ -144,6 +144,15 @@ def test_good_newer_than_bad_is_refused(sample, tmp_path):
     assert_one_line_error(cli(*args), 2, "swap")
 
 
+@pytest.mark.parametrize("flags", [["--frobnicate"], ["--cpus", "abc"], ["--timeout", "x"]])
+def test_run_json_answers_on_stdout_when_its_flags_do_not_parse(tmp_path, flags):
+    result = cli("run", "--workdir", str(tmp_path), *flags, "--json")
+
+    assert_one_line_error(result, 2, "(see --help)")
+    said = result.stderr.strip().removeprefix("error: ")
+    assert result.json() == {"error": said, "exit_code": 2}
+
+
 def test_an_unknown_option_is_one_line(tmp_path):
     assert_one_line_error(cli("run", "--frobnicate"), 2, "--frobnicate")
 
