@@ -132,6 +132,12 @@ class _App(typer.Typer):
             code = command.main(
                 args=argv, prog_name="bisect-precision-docker", standalone_mode=False
             )
+        except _click.exceptions.NoArgsIsHelpError as exc:
+            # `bisect-precision-docker` or `cache` alone: the help it asks for, on stdout, and
+            # one line of error as for any other usage mistake.
+            OUT.print(exc.format_message().rstrip())
+            ERR.print("error: missing command: pick one of those listed above")
+            sys.exit(exc.exit_code)
         except _click.exceptions.ClickException as exc:
             said = exc.format_message()
             if isinstance(exc, _click.exceptions.UsageError):

@@ -153,6 +153,16 @@ def test_run_json_answers_on_stdout_when_its_flags_do_not_parse(tmp_path, flags)
     assert result.json() == {"error": said, "exit_code": 2}
 
 
+@pytest.mark.parametrize("command", [[], ["cache"], ["builder"]])
+def test_a_missing_command_shows_the_help_on_stdout_and_one_line_of_error(command):
+    result = cli(*command)
+
+    assert_one_line_error(result, 2, "missing command")
+    assert (
+        result.stdout.startswith("Usage: bisect-precision-docker") and "Commands" in result.stdout
+    )
+
+
 def test_an_unknown_option_is_one_line(tmp_path):
     assert_one_line_error(cli("run", "--frobnicate"), 2, "--frobnicate")
 
