@@ -833,9 +833,16 @@ def _check_same_session(path: Path, recorded: SessionInputs, wanted: SessionInpu
             f"{_FIELD_MEANING.get(name, name)}: {old[name]!r} -> {new[name]!r}"
             for name in differing
         )
+        # A commit on the checkout's branch moved the default --bad (HEAD) on: the session
+        # goes on with its own bad commit named.
+        resume = (
+            f"; to go on with it, pass --bad {str(old['bad'])[:12]}"
+            if differing == ["bad"] and old["bad"]
+            else ""
+        )
         raise LedgerError(
-            f"ledger {path} belongs to another session ({details}); pass --new-session to start "
-            "over (the old ledger is kept as a backup)"
+            f"ledger {path} belongs to another session ({details}){resume}; pass --new-session "
+            "to start over (the old ledger is kept as a backup)"
         )
 
 

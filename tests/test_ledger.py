@@ -361,6 +361,16 @@ def test_a_ledger_for_other_inputs_is_refused_naming_what_differs(
     assert "'sha256:settings-v1' -> 'sha256:settings-v2'" in message
     assert "platform" not in message and "good:" not in message
     assert "pass --new-session to start over (the old ledger is kept as a backup)" in message
+    assert "to go on with it" not in message  # not the bad commit alone
+    assert ledger_path.read_bytes() == before
+
+    # A commit in the checkout moved HEAD, the default --bad: the session can go on.
+    moved = make_inputs(tmp_path, bad=sha("new-head"))
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(ledger_path, moved, tool_version="0.1.0")
+    assert f"; to go on with it, pass --bad {inputs.bad[:12]}; pass --new-session" in str(
+        refused.value
+    )
     assert ledger_path.read_bytes() == before
 
 
