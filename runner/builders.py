@@ -1351,6 +1351,7 @@ class Provisioner:
             entrypoint=self.entrypoint,
             entrypoint_run=json.dumps([*self.entrypoint, "/bin/sh", "-c", install]),
             labels=labels,
+            early_labels={LABEL: "1", KIND_LABEL: BUILDER_KIND},  # not the key: no lookup's
             base_user=user,
             tools_path=f"{_TOOLS_BIN}:{base_path or _DEFAULT_PATH}",
         )
@@ -1489,6 +1490,8 @@ def list_builders(client: docker.DockerClient) -> list[dict[str, str]]:
     names: dict[str, str] = {}  # base image id -> its first tag, if it has one
     for image in images:
         labels = image.labels or {}
+        if KEY_LABEL not in labels:
+            continue  # the last step of a build stopped half-way: no builder
         base = labels.get(f"{LABEL}.base-image-id", "")
         if base and base not in names:
             names[base] = ""

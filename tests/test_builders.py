@@ -52,7 +52,7 @@ from runner.config import BuildPin
 from runner.containers import ContainerSpec
 from runner.devices import passthrough
 from runner.errors import BadInput, InfrastructureError, UnbuildableCommit
-from runner.execute import LABEL, ExampleRun, example_container, run_container
+from runner.execute import KIND_LABEL, LABEL, ExampleRun, example_container, run_container
 from runner.sample.demo import era_pins
 from runner.sample.histories import SampleSpec
 from runner.sources import SourceExporter
@@ -743,6 +743,18 @@ def test_a_builder_removed_from_the_engine_is_made_again(
         first = provisioner.builder(resolution, "x")
         made.append(first.image_id)
         assert first.built
+        # Each step image carries the tool's label: a build stopped half-way leaves its last
+        # step, which cleanup finds by it (and no builder lookup takes: it has no key).
+        base_steps = {h["Id"] for h in docker_client.api.history(base_id)}
+        steps = [
+            h["Id"]
+            for h in docker_client.api.history(first.image_id)
+            if h["Id"] != "<missing>" and h["Id"] not in base_steps
+        ]
+        assert len(steps) > 3, steps
+        for step in steps:
+            labels = docker_client.api.inspect_image(step)["Config"]["Labels"] or {}
+            assert labels.get(LABEL) == "1" and labels.get(KIND_LABEL) == "builder", step
         remembered = provisioner.builder(resolution, "x")
         assert remembered.image_id == first.image_id and remembered.built
         assert image_present(docker_client, first.image_id)
