@@ -28,7 +28,7 @@ from runner.errors import BadInput, BisectError, InfrastructureError
 from runner.execute import connect
 from runner.executor import Slot
 from runner.history import History
-from runner.inputs import tree_digest
+from runner.inputs import SNAPSHOTS, tree_digest
 from runner.ledger import SessionInputs
 from runner.sources import SourceExporter
 from runner.toolchains import Planned, Toolchains
@@ -452,6 +452,12 @@ def prepare(settings: Settings) -> Prepared:
     _create(cache_dir, settings.cache_root(), settings.given_as("cache_dir"))
     workdir = settings.workdir.expanduser().resolve()
     _create(workdir, settings.workdir, settings.given_as("workdir"))
+    for name in ("runs", SNAPSHOTS, "sessions"):  # what the workdir's own folders must be
+        if (workdir / name).exists() and not (workdir / name).is_dir():
+            raise BadInput(
+                f"{settings.given_as('workdir')} {settings.workdir}: {workdir / name} is a file "
+                "where the workdir keeps a folder; move it away"
+            )
     cache_root = settings.cache_root().resolve()
     inputs = SessionInputs(
         pypto_repo=str(pypto_path),

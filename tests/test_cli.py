@@ -292,6 +292,18 @@ def test_a_path_that_is_not_utf8_is_bad_input_before_a_workdir_is_made(sample, t
     assert_one_line_error(result, 2, "BISECT_PRECISION_CACHE=", "/c\\xe9 is not valid UTF-8")
 
 
+@pytest.mark.docker
+def test_a_file_where_the_workdir_keeps_a_folder_is_bad_input(sample, tmp_path):
+    """A `runs` file in the workdir was an unexpected FileExistsError (exit 4, a machine
+    fault to CI) once the first test started."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "runs").write_text("")
+    result = cli(*args_with(sample, tmp_path))
+
+    assert_one_line_error(result, 2, "runs is a file where the workdir keeps a folder")
+    assert not (tmp_path / "work" / "ledger.json").exists()
+
+
 @pytest.mark.parametrize("command", [["status"], ["report"], ["log"], ["reproduce", "001"]])
 def test_a_workdir_that_is_a_file_is_named_as_such(tmp_path, command):
     (tmp_path / "w").write_text("")
