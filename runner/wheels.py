@@ -566,6 +566,18 @@ def last_error_line(output: str) -> str:
     cause = next((line for line in lines if _DIAGNOSTIC.match(line)), None)
     if cause is not None:
         return cause[:300]
+    # So does CMake's first error, with its message (the indented paragraph below it), over
+    # the traceback of the setup.py that ran CMake (`CalledProcessError: ... exit status 1`).
+    raw = output.expandtabs().splitlines()
+    first = next((i for i, r in enumerate(raw) if r.lstrip().startswith("CMake Error")), None)
+    if first is not None:
+        indent = len(raw[first]) - len(raw[first].lstrip())
+        said = [raw[first].strip()]
+        for line in raw[first + 1 :]:
+            if not line.strip() or len(line) - len(line.lstrip()) <= indent:
+                break
+            said.append(line.strip())
+        return " ".join(said)[:300]
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index]
         if not re.search("error", line, re.IGNORECASE) or _PIP_NOISE.match(line):

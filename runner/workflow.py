@@ -432,8 +432,8 @@ def _unblock(attempt: Attempt) -> str:
     if attempt.reason.startswith("build failed"):
         # New build tools are new settings: the session they judge is a new one.
         return (
-            "fix its build (the log says what failed; other build tools: --build-pin, with "
-            "--new-session)"
+            "fix its build (the log says what failed; other build tools: --build-pin, a "
+            "variable its build reads: --build-env, each with --new-session)"
         )
     return "fix what stopped it (see the log)"
 

@@ -1898,7 +1898,8 @@ def test_a_lie_that_sends_the_search_into_a_bump_is_undone_by_the_joint_chain(sa
     [
         (
             "build failed: pypto (no matching distribution for scikit-build-core)",
-            "other build tools: --build-pin, with --new-session",
+            "other build tools: --build-pin, a variable its build reads: --build-env, each with "
+            "--new-session",
         ),
         ("crashed: Segmentation fault", "fix what stopped it (see the log)"),
     ],

@@ -461,7 +461,27 @@ def test_the_reason_names_the_real_error_not_pips_epilogue() -> None:
             *** CMake configuration failed
             """,
             'CMake Error at CMakeLists.txt:7: Parse error.  Function missing ending ")".  '
-            "Instead found left paren",
+            'Instead found left paren with text "(".',
+        ),
+        (  # a setup.py that runs CMake: its traceback ends the log, the cause is far above
+            """
+            -- Found Python3: /usr/bin/python3 (found version "3.11.2")
+            CMake Error at CMakeLists.txt:42 (find_package):
+              Could not find a package configuration file provided by "pybind11" with any
+              of the following names:
+
+                pybind11Config.cmake
+
+            -- Configuring incomplete, errors occurred!
+            Traceback (most recent call last):
+              File "/tmp/bisect-pep517.py", line 32, in <module>
+                print("Successfully built " + backend.build_wheel(out), flush=True)
+              File "/usr/lib/python3.11/subprocess.py", line 413, in check_call
+                raise CalledProcessError(retcode, cmd)
+            subprocess.CalledProcessError: Command '['cmake', '/tmp/bisect-build']' returned non-zero exit status 1.
+            """,  # noqa: E501
+            "CMake Error at CMakeLists.txt:42 (find_package): Could not find a package "
+            'configuration file provided by "pybind11" with any of the following names:',
         ),
         (
             """
