@@ -370,11 +370,13 @@ def _fingerprint(
 
 
 def _mount_source(container: str, host: str) -> str:
+    """The mount's source field, quoted for the shell and for docker's comma-separated
+    --mount value (a bundle in `/tmp/a,b` split its path at the comma)."""
     if container == LIB_MOUNT:
-        return '"$HERE/lib"'
+        return """'"source='"$HERE/lib"'"'"""
     if container == RUN_MOUNT:
-        return '"$OUT"'
-    return shlex.quote(host)
+        return """'"source='"$OUT"'"'"""
+    return shlex.quote('"source=' + host.replace('"', '""') + '"')
 
 
 def _docker_arguments(spec: ContainerSpec) -> list[str]:
@@ -395,7 +397,7 @@ def _docker_arguments(spec: ContainerSpec) -> list[str]:
         readonly = ",readonly" if mount.read_only else ""
         source = _mount_source(mount.container, mount.host)
         target = shlex.quote(f"target={mount.container}{readonly}")
-        lines.append(f"--mount type=bind,source={source},{target}")
+        lines.append(f"--mount type=bind,{source},{target}")
     lines.extend("--device " + shlex.quote(device) for device in spec.devices)
     if spec.privileged:
         lines.append("--privileged")
@@ -541,7 +543,7 @@ if [ "$(docker inspect -f '{{{{.State.Running}}}}' "$NAME")" = true ]; then
     # The kill skipped the example's own chown: hand its files to this user.
     docker run --rm --name "$NAME-chown" --network none {labels} \\
         --label "{owner_label}=$(uname -n):$$" \\
-        --mount type=bind,source="$OUT",target={run_mount} "$IMAGE" \\
+        --mount type=bind,'"source='"$OUT"'"',target={run_mount} "$IMAGE" \\
         chown -R "$OWNER" {run_mount} >/dev/null 2>&1 || true
 fi
 exit_code="$(docker inspect -f '{{{{.State.ExitCode}}}}' "$NAME")"
@@ -557,7 +559,7 @@ if [ "${{BUNDLE_JUDGE:-host}}" != image ] && command -v python3 >/dev/null 2>&1 
 else
     docker run --rm --name "$NAME-judge" --network none {labels} \\
         --label "{owner_label}=$(uname -n):$$" \\
-        --mount type=bind,source="$HERE",target=/bundle,readonly "$IMAGE" \\
+        --mount type=bind,'"source='"$HERE"'"',target=/bundle,readonly "$IMAGE" \\
         {python} -B -I -S /bundle/judge/judge.py /bundle/bundle.json /bundle/out/log.txt \\
         "$exit_code" "$timed_out" "$oom" || status=$?
 fi

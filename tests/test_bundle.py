@@ -4,6 +4,7 @@ a shell, no tool, no repositories, not even the image in the engine) reproduces 
 from __future__ import annotations
 
 import contextlib
+import csv
 import gzip
 import json
 import os
@@ -94,7 +95,7 @@ def bisect_and_export(
         before_export()
         ledger = json.loads((workdir / "ledger.json").read_text())
         entry = pick(finished, ledger)
-        bundle = tmp_path / f"bundle-{round_}"
+        bundle = tmp_path / f"bundle, {round_}"  # docker's --mount splits fields at commas
         exported = cli("export", entry["run_id"], "--workdir", str(workdir), "--to", str(bundle))
         if exported.returncode == 0:
             return Exported(ledger, entry, bundle, exported)
@@ -294,24 +295,25 @@ def test_run_sh_hands_docker_every_value_verbatim_whatever_it_contains():
         mounts=[
             Mount("/somewhere/lib", LIB_MOUNT),
             Mount("/somewhere/run", RUN_MOUNT, read_only=False),
-            Mount("/opt/pto isa", "/opt/pto isa"),
+            Mount('/opt/pto isa,"2"', "/opt/pto isa"),
         ],
         devices=["/dev/davinci3:/dev/davinci3:rwm"],
         labels={KIND_LABEL: "example"},
     )
     words = " ".join([*_docker_arguments(spec), *_command(spec)])
-    script = f'HERE="/b dir"; OUT="$HERE/out"; OWNER=7:8; printf "%s\\n" {words}'
+    script = f'HERE="/b, dir"; OUT="$HERE/out"; OWNER=7:8; printf "%s\\n" {words}'
 
     argv = subprocess.run(
         ["sh", "-c", script], capture_output=True, text=True, check=True
     ).stdout.splitlines()
 
     assert argv[argv.index("--env", argv.index("--env") + 1) + 1] == f"ODD={awkward}"
-    mounts = [argv[i + 1] for i, word in enumerate(argv) if word == "--mount"]
+    # docker reads a --mount value as one CSV record
+    mounts = [next(csv.reader([argv[i + 1]])) for i, word in enumerate(argv) if word == "--mount"]
     assert mounts == [
-        f"type=bind,source=/b dir/lib,target={LIB_MOUNT},readonly",
-        f"type=bind,source=/b dir/out,target={RUN_MOUNT}",
-        "type=bind,source=/opt/pto isa,target=/opt/pto isa,readonly",
+        ["type=bind", "source=/b, dir/lib", f"target={LIB_MOUNT}", "readonly"],
+        ["type=bind", "source=/b, dir/out", f"target={RUN_MOUNT}"],
+        ["type=bind", 'source=/opt/pto isa,"2"', "target=/opt/pto isa", "readonly"],
     ]
     assert argv[argv.index("--device") + 1] == "/dev/davinci3:/dev/davinci3:rwm"
     assert f"{KIND_LABEL}=bundle" in argv and f"{KIND_LABEL}=example" not in argv
