@@ -126,9 +126,9 @@ class _App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         argv = list(sys.argv[1:])
         _DEBUG["on"] = "--debug" in argv
-        command = get_command(self)
-        _no_argument_types(command)
         try:
+            command = get_command(self)
+            _no_argument_types(command)
             code = command.main(
                 args=argv, prog_name="bisect-precision-docker", standalone_mode=False
             )
@@ -146,7 +146,7 @@ class _App(typer.Typer):
             if _answers_in_json(argv):  # a typo in a flag is an answer too
                 OUT.print_json(data={"error": said, "exit_code": exc.exit_code})
             sys.exit(exc.exit_code)
-        except typer.Abort:
+        except (typer.Abort, KeyboardInterrupt):  # (the latter before click took over)
             if _PIPE["closed"]:
                 sys.exit(_PIPE["code"])
             ERR.print("interrupted")

@@ -10,14 +10,17 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import docker
 import docker.errors
 import pytest
 import requests
+import tomllib
 
 from runner.prepare import _script
 from runner.sample.histories import Sample, SampleSpec
@@ -1235,3 +1238,33 @@ def test_log_without_the_checkout_prints_the_recorded_commits_alone(tmp_path):
     assert f"git bisect start '--first-parent' '{sha('bad')}' '{sha('good')}'" in result.stdout
     assert f"git bisect good {sha('one')}" in result.stdout
     assert f"git bisect bad {sha('two')}" in result.stdout
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_command_line_still_imports_is_exit_130_without_traceback(stop):
+    """Ctrl-C in the first half second printed the traceback of the import under way, and a
+    CI cancel's SIGTERM then killed the process (143)."""
+    child = textwrap.dedent(
+        """
+        import sys, time
+        class Slow:  # holds the import of the command line until the signal comes
+            def find_spec(self, name, path=None, target=None):
+                if name == "runner.cli":
+                    print("importing", flush=True)
+                    time.sleep(60)
+        sys.meta_path.insert(0, Slow())
+        sys.argv = ["bisect-precision-docker", "status"]
+        from runner.entry import main
+        main()
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline() == "importing\n"
+    process.send_signal(stop)
+    _, err = process.communicate(timeout=30)
+
+    assert (process.returncode, err) == (130, "interrupted\n")
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert scripts["project"]["scripts"]["bisect-precision-docker"] == "runner.entry:main"
