@@ -117,6 +117,7 @@ def _stderr_console(**options: Any) -> Console:
 ERR = _stderr_console(markup=False)
 OUT = Console(file=_Stream("stdout"), highlight=False, soft_wrap=True, markup=False)  # type: ignore[arg-type]
 _DEBUG = {"on": False}
+_INTERRUPT = {"said": False}  # a command said "interrupted" itself
 INTERRUPTED = 130
 
 
@@ -155,6 +156,8 @@ class _App(typer.Typer):
             # Stopped by its own output failing (while it said an error, say): typer made that
             # interrupt 130, but the cause is the reader or the disk.
             code = _PIPE["code"]
+        elif code == INTERRUPTED and not _INTERRUPT["said"]:
+            ERR.print("interrupted")  # stopped before a command's own handling (its imports)
         sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -246,6 +249,7 @@ def guarded(interrupted_hint: str = "", said: list[str] | None = None) -> Iterat
         if _PIPE["closed"]:  # stopped because the output's reader went away, or its disk filled
             raise typer.Exit(_PIPE["code"]) from None
         tell(f"interrupted{': ' + interrupted_hint if interrupted_hint else ''}")
+        _INTERRUPT["said"] = True
         raise typer.Exit(INTERRUPTED) from None
     except Exception as exc:
         if _DEBUG["on"]:

@@ -1241,15 +1241,17 @@ def test_log_without_the_checkout_prints_the_recorded_commits_alone(tmp_path):
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_while_the_command_line_still_imports_is_exit_130_without_traceback(stop):
+@pytest.mark.parametrize("module", ["runner.cli", "runner.replay"])
+def test_a_stop_while_the_command_line_still_imports_is_exit_130_without_traceback(stop, module):
     """Ctrl-C in the first half second printed the traceback of the import under way, and a
-    CI cancel's SIGTERM then killed the process (143)."""
+    CI cancel's SIGTERM then killed the process (143); a little later, in a command's own
+    imports, it ended with 130 and said nothing."""
     child = textwrap.dedent(
-        """
+        f"""
         import sys, time
-        class Slow:  # holds the import of the command line until the signal comes
+        class Slow:  # holds an import of the command line until the signal comes
             def find_spec(self, name, path=None, target=None):
-                if name == "runner.cli":
+                if name == {module!r}:
                     print("importing", flush=True)
                     time.sleep(60)
         sys.meta_path.insert(0, Slow())
