@@ -338,7 +338,10 @@ def _check_submodule_path(
     at = {end: history.submodules(end) for end in (good, bad)}
     there = [end for end in (good, bad) if path in at[end]]
     if not there:
-        if "submodule_path" in settings.model_fields_set:
+        # Set on purpose: not the default, which `reproduce` and `export` read back from the
+        # session's settings.json as if it had been given.
+        default = type(settings).model_fields["submodule_path"].default
+        if "submodule_path" in settings.model_fields_set and path != default:
             listed = ", ".join(sorted(at[bad])) or "none"
             raise BadInput(
                 f"{settings.given_as('submodule_path')} {path}: neither end of the range has a "

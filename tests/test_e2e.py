@@ -627,6 +627,32 @@ def test_a_run_killed_mid_way_resumes_without_rerunning_or_rebuilding_anything(
     assert [c.name for c in leftovers if c.labels.get(OWNER_LABEL) == killed] == []
 
 
+def test_a_session_of_a_range_before_the_runtime_was_added_reproduces_and_exports(
+    sample_factory, bisect, tmp_path
+):
+    """pypto older than its runtime submodule (all of it before April 2026): `run` bisected it,
+    but `reproduce` and `export` took the default --submodule-path read back from the
+    session's settings as set on purpose, and refused the range."""
+    spec = SampleSpec(
+        **{**SMALL, "runtime_added_at": 6, "nested_submodule_at": 6},
+        bumps=(),
+        pypto_regression_at=3,
+    )
+    sample = sample_factory(spec)
+    done = bisect(sample, "--bad", sample.pypto_shas[4])
+    assert done.returncode == 0, done.stderr
+    assert done.json()["pypto"]["first_bad"] == sample.pypto_shas[3]
+
+    culprit_run = done.json()["reproduce"].split()[-1]
+    again = cli("reproduce", "--workdir", str(tmp_path / "work"), culprit_run)
+    assert again.returncode == 0, again.stderr
+    assert "the verdict reproduces" in again.stdout
+    bundle = tmp_path / "bundle"
+    exported = cli("export", culprit_run, "--workdir", str(tmp_path / "work"), "--to", str(bundle))
+    assert exported.returncode == 0, exported.stderr
+    assert (bundle / "run.sh").is_file()
+
+
 def test_status_report_log_reproduce_and_cache_on_a_finished_session(
     sample_factory, finished, tmp_path, shared_cache
 ):
