@@ -337,7 +337,7 @@ def _refuse_undecodable() -> None:
                 "take UTF-8 paths only; rename it or use another path"
             )
             ERR.print(f"error: {said}", markup=False)
-            if "--json" in sys.argv[1:]:  # `run --json` answers on stdout too (_json_error)
+            if _answers_in_json(sys.argv[1:]):
                 OUT.print_json(data={"error": said, "exit_code": BadInput.exit_code})
             raise typer.Exit(BadInput.exit_code) from None
 

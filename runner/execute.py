@@ -330,7 +330,6 @@ class ImageDefaults:
 
     user: str = ""  # its USER: CANN images may run as HwHiAiUser
     python_path: str = ""  # its ENV PYTHONPATH (CANN's Python paths, where set there)
-    path: str = ""  # its ENV PATH ("" when it sets none: the engine's default then)
 
     @property
     def non_root(self) -> bool:
@@ -344,9 +343,7 @@ def image_defaults(client: docker.DockerClient, image: str) -> ImageDefaults:
         shown = image[:19] if image.startswith("sha256:") else image
         raise InfrastructureError(f"cannot inspect image {shown}: {exc}") from exc
     variables = dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v)
-    return ImageDefaults(
-        config.get("User") or "", variables.get("PYTHONPATH", ""), variables.get("PATH", "")
-    )
+    return ImageDefaults(config.get("User") or "", variables.get("PYTHONPATH", ""))
 
 
 def example_container(run: ExampleRun, image: ImageDefaults | None = None) -> ContainerSpec:

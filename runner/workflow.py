@@ -320,6 +320,11 @@ def _save_settings(workdir: Path, settings: Settings) -> None:
     write_text_atomic(workdir / SETTINGS_NAME, settings.model_dump_json(indent=2) + "\n")
 
 
+# What a session keeps in the workdir beside its ledger and settings, and `--new-session` moves
+# to the earlier session's folder.
+_SESSION_FILES = (*REPORT_FILES, RETHRESHOLD_DIR, "reproductions")
+
+
 def _abandon(ledger: Ledger, workdir: Path) -> None:
     """An invocation stopped on bad input before its first test: a `--new-session` that the
     input stopped leaves the earlier session in place, its settings and reports too."""
@@ -332,7 +337,7 @@ def _abandon(ledger: Ledger, workdir: Path) -> None:
     else:
         (workdir / SETTINGS_NAME).unlink(missing_ok=True)
     folder = session_folder(workdir, backup)
-    for name in (*REPORT_FILES, RETHRESHOLD_DIR, "reproductions"):
+    for name in _SESSION_FILES:
         if (folder / name).exists():
             os.replace(folder / name, workdir / name)
     with contextlib.suppress(OSError):
@@ -349,7 +354,7 @@ def _keep_earlier_session(workdir: Path, backup: Path) -> None:
     if current.exists():
         shutil.copy2(current, session_copy(backup, SETTINGS_NAME))
     folder = session_folder(workdir, backup)
-    for name in (*REPORT_FILES, RETHRESHOLD_DIR, "reproductions"):
+    for name in _SESSION_FILES:
         if (workdir / name).exists():
             folder.mkdir(parents=True, exist_ok=True)
             os.replace(workdir / name, folder / name)
